@@ -1,0 +1,47 @@
+# kernelzoo: `make sweep` and `make test` are all a fresh machine needs.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXPERIMENT ?= quick
+ARGS ?=
+RESULTS ?= results
+TORCH_CPU ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install sweep run plots test test-slow bench sync clean-venv
+
+install: $(STAMP)  ## create .venv and install the project (seconds when nothing changed)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@# a plain `torch` requirement pulls a multi-GB CUDA build; start from the CPU wheel here
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_CPU)" || $(PY) -m pip install -q torch
+	$(PY) -m pip install -q -e ".[test]"
+	@touch $(STAMP)
+
+sweep: install  ## run a named sweep end to end, then its analysis: make sweep EXPERIMENT=quick
+	$(PY) -m kernelzoo.sweep $(EXPERIMENT) $(ARGS)
+	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS)
+
+run: install  ## train one configuration: make run ARGS="feature_map=dpfp feature_map.nu=2 n_keys=260"
+	$(PY) -m kernelzoo.train $(ARGS)
+
+plots: install  ## regenerate tables, figures and report of an experiment from the store
+	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS)
+
+test: install  ## the default test suite (a few minutes on 2 cores)
+	$(PY) -m pytest
+
+test-slow: install  ## the slower tests kept out of `make test`
+	$(PY) -m pytest -m slow
+
+bench: install  ## speed and memory benchmark -> results/bench/; QUICK=1 for a subset
+	$(PY) -m kernelzoo.bench $(if $(QUICK),--quick,)
+
+sync: install  ## upload offline wandb runs
+	@shopt -s nullglob; runs=($(RESULTS)/wandb/offline-run-*); \
+	if (( $${#runs[@]} )); then $(VENV)/bin/wandb sync "$${runs[@]}"; else echo "no offline wandb runs under $(RESULTS)/wandb"; fi
+
+clean-venv:
+	rm -rf $(VENV)

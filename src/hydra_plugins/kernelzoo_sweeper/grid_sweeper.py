@@ -1,0 +1,78 @@
+"""A Hydra sweeper over a union of grids, so one experiment can give every map its own key range.
+
+Hydra's basic sweeper runs one Cartesian product. A capacity study needs several (the keys that
+span DPFP-3's capacity are not ELU's), so ``hydra.sweeper.grids`` is a list of products in the
+basic sweeper's syntax; the union of their points (duplicates dropped) goes to whichever launcher
+is configured (basic, joblib for local workers, submitit for SLURM). Command-line sweeps and
+overrides apply to every grid and win over it, e.g. ``seed=1,2,3`` or ``trainer=smoke``.
+
+After the launch it prints one line of totals and appends this invocation to
+``<results_dir>/<experiment>/sweep.json`` (points, outcomes, wall seconds).
+"""
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobStatus
+from omegaconf import OmegaConf
+
+from kernelzoo.store import atomic_write_text
+
+
+class GridSweeper(BasicSweeper):
+    def __init__(self, max_batch_size=None, params=None, grids=None):
+        super().__init__(max_batch_size=max_batch_size, params=params or {})
+        self.grids = list(grids or [{}])
+
+    def _points(self, arguments: list[str]) -> list[list[str]]:
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        points, seen = [], set()
+        for grid in self.grids:
+            params = [f"{k}={v}" for k, v in {**self.params, **grid}.items()] + list(arguments)
+            for point in self.split_arguments(parser.parse_overrides(params), None)[0]:
+                if tuple(point) not in seen:
+                    seen.add(tuple(point))
+                    points.append(point)
+        return points
+
+    def sweep(self, arguments: list[str]):
+        start = time.time()
+        points = self._points(arguments)
+        self.overrides = list(self.split_overrides_to_chunks(points, self.max_batch_size))
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        outcomes: Counter = Counter()
+        returns, first = [], 0
+        print(f"sweep {self.config.experiment}: {len(points)} points")
+        while not self.is_done():
+            batch = self.get_job_batch()
+            self.validate_batch_is_legal(batch)
+            results = self.launcher.launch(batch, initial_job_idx=first)
+            for r in results:
+                if r.status == JobStatus.COMPLETED:
+                    outcomes[r.return_value or "skipped"] += 1
+                else:
+                    outcomes["failed"] += 1
+            first += len(batch)
+            returns.append(results)
+        wall = time.time() - start
+        order = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
+        line = ", ".join(f"{k} {outcomes[k]}" for k in order if outcomes[k])
+        print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: {line or 'nothing'}")
+        self._record(points, outcomes, start, wall)
+        return returns
+
+    def _record(self, points, outcomes, start, wall) -> None:
+        path = Path(self.config.results_dir) / self.config.experiment / "sweep.json"
+        history = json.loads(path.read_text()) if path.is_file() else {"invocations": []}
+        history["invocations"].append({
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
+            "points": len(points), "outcomes": dict(outcomes), "wall_seconds": round(wall, 1),
+            "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1]})
+        history["wall_seconds"] = round(sum(i["wall_seconds"] for i in history["invocations"]), 1)
+        atomic_write_text(path, json.dumps(history, indent=2) + "\n")

@@ -1,0 +1,432 @@
+"""Feature maps phi for linear attention: phi(q)^T phi(k) replaces exp(q^T k / sqrt(d_key)).
+
+Every map is an nn.Module that declares its own output width `d_dot`, the capacity of the
+memory it feeds (reference §2.2: at most d_dot non-interfering associations). References to
+"§" are to the reference document (The Kernel Zoo); "task-spec" is the authors' protocol.
+
+    phi = build_feature_map("dpfp", d_key=64, nu=2)        # phi.d_dot == 256
+    phi = build_feature_map("favor", d_key=64, d_dot=128)  # m resolved from d_dot: m == 128
+    phi.maybe_redraw()                                     # once per model forward
+    k, q = phi(keys), phi(query, is_query=True)            # (..., d_key) -> (..., d_dot)
+
+Random maps (favor, trig) hold their projection Omega (m, d_key) as a buffer; `maybe_redraw`
+applies the redraw policy, and the caller must apply phi to keys AND queries between two calls
+so that both share one Omega. This module knows no config system: parameters are plain values.
+"""
+
+import inspect
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ConfigError(ValueError):
+    """Invalid feature-map parameters (unknown name, out-of-range value, unknown parameter)."""
+
+
+class InfeasibleError(ValueError):
+    """A requested d_dot that the map cannot reach with the given d_key and parameters."""
+
+
+def _require(ok, message):
+    if not ok:
+        raise ConfigError(message)
+
+
+def _is_count(value):
+    """True for an integer (not a bool) >= 1."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _count(value):
+    """`value` as an int if it is a whole number >= 1 (e.g. 128 or 128.0), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value) if value == int(value) and value >= 1 else None
+
+
+# --------------------------------------------------------------------------------- base class
+
+
+class FeatureMap(nn.Module):
+    """phi: (..., d_key) -> (..., d_dot). Subclasses set `name`, `positive` and implement forward."""
+
+    name = ""
+    positive = False  # all outputs >= 0 by construction
+    is_softmax = False  # True only for the exact-softmax baseline
+
+    def __init__(self, d_key, d_dot, params):
+        super().__init__()
+        _require(_is_count(d_key), f"{self.name}: d_key must be an integer >= 1, got {d_key!r}")
+        self.d_key, self.d_dot = d_key, d_dot
+        self._params = params
+
+    @property
+    def params(self):
+        """Constructor parameters except d_key, as plain Python values (for logging)."""
+        return dict(self._params)
+
+    def extra_repr(self):
+        shown = {k: ("[...]" if isinstance(v, list) else v) for k, v in self._params.items()}
+        return ", ".join(f"{k}={v!r}" for k, v in {"d_key": self.d_key, "d_dot": self.d_dot, **shown}.items())
+
+    def maybe_redraw(self):
+        """Called once per model forward, before phi is applied; deterministic maps do nothing."""
+
+    def forward(self, x, is_query=False):
+        raise NotImplementedError
+
+    @classmethod
+    def params_for_d_dot(cls, d_dot, d_key, **params):
+        """Full constructor kwargs (including d_key) that give this map d_dot, or InfeasibleError."""
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- deterministic maps
+
+
+class Softmax(FeatureMap):
+    """Exact softmax attention (no feature map): d_dot = inf, phi is the identity and the memory
+    computes softmax(k^T q / sqrt(d_key)) itself (§3.1: its feature space is infinite)."""
+
+    name = "softmax"
+    is_softmax = True
+
+    def __init__(self, d_key):
+        super().__init__(d_key, math.inf, {})
+
+    def forward(self, x, is_query=False):
+        return x
+
+    @classmethod
+    def params_for_d_dot(cls, d_dot, d_key, **params):
+        if d_dot != math.inf:
+            raise InfeasibleError(f"softmax cannot reach d_dot={d_dot}: its d_dot is unbounded (math.inf)")
+        return {"d_key": d_key, **params}
+
+
+class _Elementwise(FeatureMap):
+    """phi(x) = fn(x) elementwise, so d_dot = d_key; reaching a d_dot means setting d_key = d_dot."""
+
+    fn = None
+
+    def __init__(self, d_key):
+        super().__init__(d_key, d_key, {})
+
+    def forward(self, x, is_query=False):
+        return self.fn(x)
+
+    @classmethod
+    def params_for_d_dot(cls, d_dot, d_key, **params):
+        if _count(d_dot) is None:
+            raise InfeasibleError(f"{cls.name} cannot reach d_dot={d_dot}: d_dot = d_key must be an integer >= 1")
+        return {**params, "d_key": _count(d_dot)}
+
+
+class Identity(_Elementwise):
+    """phi(x) = x: the plain fast weight programmer of §1.3."""
+
+    name = "identity"
+    fn = staticmethod(lambda x: x)
+
+
+class Relu(_Elementwise):
+    """phi(x) = max(0, x)."""
+
+    name, positive = "relu", True
+    fn = staticmethod(torch.relu)
+
+
+class Elu(_Elementwise):
+    """phi(x) = elu(x) + 1 ("Linear" in Figure 2; the running example of the introduction)."""
+
+    name, positive = "elu", True
+    fn = staticmethod(lambda x: F.elu(x) + 1)
+
+
+class Tanh(_Elementwise):
+    """phi(x) = tanh(x) (paired with the fwm update rule in Figure 3)."""
+
+    name = "tanh"
+    fn = staticmethod(torch.tanh)
+
+
+class DPFP(FeatureMap):
+    """Deterministic parameter-free projection, §6.3: r = relu([x, -x]) in R^{2 d_key} and
+    phi = concat_{s=1..nu} r * roll(r, -s), i.e. (r * r^(s))_i = r_i r_{(i+s) mod 2 d_key}.
+    d_dot = 2 d_key nu; the §6.5-6.6 examples hold verbatim (e.g. (1.5, -0.8) -> (0, 0, 0, 1.2))."""
+
+    name, positive = "dpfp", True
+
+    def __init__(self, d_key, nu=1):
+        super().__init__(d_key, 2 * d_key * nu, {"nu": nu})
+        _require(
+            _is_count(nu) and nu <= 2 * d_key - 1,
+            f"dpfp: nu must be an integer in [1, 2*d_key-1] = [1, {2 * d_key - 1}], got {nu!r}",
+        )
+        self.nu = nu
+
+    def forward(self, x, is_query=False):
+        r = torch.relu(torch.cat([x, -x], dim=-1))
+        return torch.cat([r * torch.roll(r, -s, dims=-1) for s in range(1, self.nu + 1)], dim=-1)
+
+    @classmethod
+    def params_for_d_dot(cls, d_dot, d_key, **params):
+        nu = _count(d_dot / (2 * d_key)) if _count(d_dot) else None
+        if nu is None or nu > 2 * d_key - 1:
+            raise InfeasibleError(
+                f"dpfp cannot reach d_dot={d_dot} with d_key={d_key}: d_dot must be 2*d_key*nu = "
+                f"{2 * d_key}, {4 * d_key}, ..., {2 * d_key * (2 * d_key - 1)} (nu <= 2*d_key-1)"
+            )
+        return {**_derive(cls.name, params, "nu", nu, d_dot), "d_key": d_key}
+
+
+class Taylor(FeatureMap):
+    """Second-order Taylor features of exp as in Based: phi(x) = [1, x / d^(1/4), vec(x x^T) /
+    (sqrt(2) sqrt(d))] with d = d_key, so phi(q)^T phi(k) = 1 + t + t^2/2 with t = q^T k / sqrt(d),
+    the Taylor expansion of exp(q^T k / sqrt(d)) (always > 0, but the features can be negative)."""
+
+    name = "taylor"
+
+    def __init__(self, d_key):
+        super().__init__(d_key, 1 + d_key + d_key**2, {})
+
+    def forward(self, x, is_query=False):
+        d = self.d_key
+        quadratic = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) / math.sqrt(2 * d)
+        return torch.cat([torch.ones_like(x[..., :1]), x / d**0.25, quadratic], dim=-1)
+
+    @classmethod
+    def params_for_d_dot(cls, d_dot, d_key, **params):
+        n = _count(d_dot)
+        d = (math.isqrt(4 * n - 3) - 1) // 2 if n else 0  # root of d^2 + d + 1 = d_dot
+        if d < 1 or 1 + d + d * d != n:
+            raise InfeasibleError(f"taylor cannot reach d_dot={d_dot}: d_dot must be 1 + d + d^2 = 3, 7, 13, 21, ...")
+        return {**params, "d_key": d}
+
+
+def _derive(name, params, key, value, d_dot):
+    """params with params[key] = value; an explicitly given, different value is a ConfigError."""
+    _require(
+        params.get(key, value) == value,
+        f"{name}: {key}={params.get(key)!r} contradicts d_dot={d_dot} (which needs {key}={value})",
+    )
+    return {**params, key: value}
+
+
+# ------------------------------------------------------------------------ random projections
+
+
+def gram_schmidt(rows):
+    """Classical Gram-Schmidt on the rows (m <= d) of a (m, d) tensor: orthonormal rows with
+    out[0] = rows[0] / |rows[0]| (§5.3; the example there is sqrt(2) * gram_schmidt(omega[:2]))."""
+    _require(rows.shape[0] <= rows.shape[1], f"gram_schmidt: needs m <= d rows, got shape {tuple(rows.shape)}")
+    basis = []
+    for row in rows:
+        v = row
+        for e in basis:
+            v = v - (row @ e) * e  # classical: coefficients from the original row
+        basis.append(v / v.norm())
+    return torch.stack(basis)
+
+
+def orthogonal_projection(m, d, generator=None, device=None, dtype=None, scaling="chi"):
+    """Omega (m, d) for orthogonal random features, §5.1: blocks of d orthonormal rows, each the
+    Q of the QR of a Gaussian d x d matrix (sign-corrected, so Haar distributed), stacked and cut
+    to m rows; blocks are independent. Rows are rescaled to norm sqrt(d) ("sqrt_d", §5.3) or to
+    the norms of independent Gaussian d-vectors ("chi"), which makes every row marginally
+    N(0, I_d) and so keeps the estimators unbiased."""
+    _require(scaling in ("chi", "sqrt_d"), f"orthogonal_projection: scaling must be 'chi' or 'sqrt_d', got {scaling!r}")
+    blocks = []
+    for _ in range(-(-m // d)):
+        q, r = torch.linalg.qr(torch.randn(d, d, generator=generator, device=device, dtype=dtype))
+        blocks.append((q * torch.sign(torch.diagonal(r))).T)
+    omega = torch.cat(blocks)[:m]
+    if scaling == "sqrt_d":
+        return omega * math.sqrt(d)
+    norms = torch.randn(m, d, generator=generator, device=device, dtype=dtype).norm(dim=1, keepdim=True)
+    return omega * norms
+
+
+_REDRAWS = ("every_call", "every_n_steps", "never")
+
+
+class _RandomFeatures(FeatureMap):
+    """Shared by favor and trig: the projection Omega (m, d_key) and its redraw policy.
+
+    redraw: "every_call" (the authors: a new Omega at every maybe_redraw(), training and eval),
+    "every_n_steps" (on the first maybe_redraw() made in training mode and then on every
+    redraw_every-th one; eval-mode calls neither redraw nor count), or "never" (drawn once, at
+    construction). An explicit `projection` is used as given and never redrawn; redraw defaults
+    to "never" with one and to "every_call" without. Draws use a private generator when `seed`
+    is set (one per device), else torch's global RNG, and happen on the buffer's device, in its
+    dtype (float32 at least, for the QR).
+    """
+
+    copies = 1  # d_dot = copies * m
+
+    def __init__(self, d_key, m, orthogonal, redraw, redraw_every, projection, seed, **params):
+        _require(_is_count(m), f"{self.name}: m must be an integer >= 1, got {m!r}")
+        _require(_is_count(redraw_every), f"{self.name}: redraw_every must be an integer >= 1, got {redraw_every!r}")
+        redraw = redraw or ("never" if projection is not None else "every_call")
+        _require(redraw in _REDRAWS, f"{self.name}: redraw must be one of {_REDRAWS}, got {redraw!r}")
+        _require(
+            projection is None or redraw == "never",
+            f"{self.name}: an explicit projection is never redrawn, so redraw must be 'never', got {redraw!r}",
+        )
+        given = None if projection is None else torch.as_tensor(projection, dtype=torch.get_default_dtype()).detach()
+        all_params = {"m": m, **params, "orthogonal": orthogonal, "redraw": redraw, "redraw_every": redraw_every,
+                      "seed": seed, "projection": None if given is None else given.tolist()}
+        super().__init__(d_key, self._copies(params) * m, all_params)
+        self.m, self.orthogonal, self.redraw, self.redraw_every, self.seed = m, orthogonal, redraw, redraw_every, seed
+        self._generators = {}  # device -> torch.Generator, only when seed is set
+        self._training_calls = 0
+        if given is None:
+            self.register_buffer("projection", torch.empty(m, d_key))
+            self._draw()
+        else:
+            _require(
+                given.shape == (m, d_key),
+                f"{self.name}: projection must have shape (m, d_key) = ({m}, {d_key}), got {tuple(given.shape)}",
+            )
+            self.register_buffer("projection", given.clone())
+
+    def _draw(self):
+        device, dtype = self.projection.device, self.projection.dtype
+        if self.seed is not None and str(device) not in self._generators:
+            self._generators[str(device)] = torch.Generator(device).manual_seed(self.seed)
+        generator = self._generators.get(str(device))
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        if self.orthogonal:
+            new = orthogonal_projection(self.m, self.d_key, generator, device, work)
+        else:
+            new = torch.randn(self.m, self.d_key, generator=generator, device=device, dtype=work)
+        self.projection = new.to(dtype)  # rebind, not copy_: graphs built earlier keep their Omega
+
+    def maybe_redraw(self):
+        if self.redraw == "every_call":
+            self._draw()
+        elif self.redraw == "every_n_steps" and self.training:
+            if self._training_calls % self.redraw_every == 0:
+                self._draw()
+            self._training_calls += 1
+
+    @classmethod
+    def _copies(cls, params):
+        return cls.copies
+
+    @classmethod
+    def params_for_d_dot(cls, d_dot, d_key, **params):
+        copies = cls._copies(params)
+        m = _count(d_dot / copies) if _count(d_dot) else None
+        if m is None:
+            rule = "m" if copies == 1 else f"{copies}*m"
+            raise InfeasibleError(f"{cls.name} cannot reach d_dot={d_dot}: d_dot must be {rule} for an integer m >= 1")
+        return {**_derive(cls.name, params, "m", m, d_dot), "d_key": d_key}
+
+
+_VARIANTS = ("positive", "hyperbolic")
+
+
+class Favor(_RandomFeatures):
+    """FAVOR+ positive random features, §4.2 and §5.4 (orthogonal Omega by default, §5.1):
+
+        positive:   phi(x) = exp(Omega x - |x|^2/2) / sqrt(m)                                d_dot = m
+        hyperbolic: phi(x) = [exp(Omega x - |x|^2/2), exp(-Omega x - |x|^2/2)] / sqrt(2m)   d_dot = 2m
+
+    Both are unbiased for exp(x^T y) (Lemma 1, §4.1); "hyperbolic" is the authors' two-sided
+    form (task-spec). x is first multiplied by input_scale: 1.0 as the authors (phi estimates
+    exp(q^T k)) or "performer" = d_key^(-1/4) (phi estimates exp(q^T k / sqrt(d_key))).
+
+    stabilize=True subtracts a (detached) max c from the exponent, i.e. multiplies phi by the
+    positive constant exp(-c): a query by its own max over the features (c_q); keys by their
+    max over the last two dims, the sequence and features of one batch element (c_k, shared by
+    all its keys; keys must be (..., seq, d_key)). This cancels exactly under attention
+    normalisation W phi(q) / (z^T phi(q)) (c_q and c_k both divide out) and under sum
+    normalisation phi / sum(phi) of the vector concerned (c_q for the query; c_k for keys
+    normalised one by one, as in the delta rule). It does NOT cancel where a raw phi enters
+    without such a division: raw keys in the sum rule without attention normalisation (output
+    scaled by exp(-c_k)) or in the fwm rule (the state update changes); a raw query under fwm's
+    LayerNorm cancels only up to its eps.
+    """
+
+    name, positive = "favor", True
+
+    def __init__(self, d_key, m=64, variant="positive", orthogonal=True, redraw=None, redraw_every=1000,
+                 input_scale=1.0, stabilize=False, projection=None, seed=None):
+        _require(variant in _VARIANTS, f"favor: variant must be one of {_VARIANTS}, got {variant!r}")
+        _require(
+            input_scale == "performer" or (isinstance(input_scale, (int, float)) and not isinstance(input_scale, bool)),
+            f"favor: input_scale must be a number or 'performer', got {input_scale!r}",
+        )
+        super().__init__(d_key, m, orthogonal, redraw, redraw_every, projection, seed,
+                         variant=variant, input_scale=input_scale, stabilize=stabilize)
+        self.variant, self.stabilize = variant, stabilize
+        self.scale = d_key**-0.25 if input_scale == "performer" else float(input_scale)
+
+    @classmethod
+    def _copies(cls, params):
+        return 2 if params.get("variant") == "hyperbolic" else 1
+
+    def forward(self, x, is_query=False):
+        x = x * self.scale
+        wx = x @ self.projection.to(x.dtype).T
+        if self.variant == "hyperbolic":
+            wx = torch.cat([wx, -wx], dim=-1)
+        logits = wx - (x * x).sum(-1, keepdim=True) / 2
+        if self.stabilize:
+            dims = (-1,) if is_query or x.dim() < 2 else (-2, -1)
+            logits = logits - logits.amax(dim=dims, keepdim=True).detach()
+        return torch.exp(logits) / math.sqrt(self.d_dot)
+
+
+class Trig(_RandomFeatures):
+    """Trigonometric random features, §3.4: phi(x) = exp(|x|^2/2) / sqrt(m) [sin(Omega x),
+    cos(Omega x)], d_dot = 2m. Unbiased for exp(x^T y), but not positive and high-variance (§3.5)."""
+
+    name, copies = "trig", 2
+
+    def __init__(self, d_key, m=64, orthogonal=True, redraw=None, redraw_every=1000, projection=None, seed=None):
+        super().__init__(d_key, m, orthogonal, redraw, redraw_every, projection, seed)
+
+    def forward(self, x, is_query=False):
+        wx = x @ self.projection.to(x.dtype).T
+        scale = torch.exp((x * x).sum(-1, keepdim=True) / 2) / math.sqrt(self.m)
+        return scale * torch.cat([torch.sin(wx), torch.cos(wx)], dim=-1)
+
+
+# ------------------------------------------------------------------------------------ registry
+
+FEATURE_MAPS = {cls.name: cls for cls in (Softmax, Identity, Relu, Elu, Tanh, DPFP, Favor, Trig, Taylor)}
+
+
+def _lookup(name, params):
+    """The class registered as `name`, after checking that it takes every parameter in params."""
+    _require(name in FEATURE_MAPS, f"unknown feature map {name!r}; valid: {', '.join(FEATURE_MAPS)}")
+    cls = FEATURE_MAPS[name]
+    valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "d_key")]
+    for p in params:
+        _require(p in valid, f"{name}: unknown parameter {p!r}; valid: {', '.join(valid) or '(none)'}")
+    return cls
+
+
+def resolve_params(name, d_key, d_dot, **params):
+    """Constructor kwargs (including d_key) with which FEATURE_MAPS[name] has this d_dot: nu for
+    dpfp, m for favor and trig, d_key itself for the elementwise maps and taylor. A sizing
+    parameter given explicitly must agree with d_dot (else ConfigError); None means not given."""
+    params = {k: v for k, v in params.items() if v is not None}
+    cls = _lookup(name, params)
+    _require(_is_count(d_key), f"{name}: d_key must be an integer >= 1, got {d_key!r}")
+    return cls.params_for_d_dot(d_dot, d_key, **params)
+
+
+def build_feature_map(name, *, d_key, d_dot=None, **params):
+    """FEATURE_MAPS[name](d_key=d_key, **params); with d_dot, the sizing parameter is resolved
+    from it first (resolve_params). A parameter given as None takes its default."""
+    params = {k: v for k, v in params.items() if v is not None}
+    if d_dot is None:
+        return _lookup(name, params)(d_key=d_key, **params)
+    return FEATURE_MAPS[name](**resolve_params(name, d_key, d_dot, **params))

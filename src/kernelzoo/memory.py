@@ -1,0 +1,171 @@
+"""The associative memory: write L (key, value) pairs into a fast-weight state, read Q queries.
+
+A fast weight programmer (Schlag, Irie & Schmidhuber 2021; reference document §1.2) keeps a
+matrix W of shape (d_v, D), W^(0) = 0, and programs it with one instruction per written pair.
+Every function here receives already-mapped features phi(k), phi(q) (shape (B, L, D) and
+(B, Q, D)) and the values v (B, L, d_v); all L pairs are written in order and the Q queries are
+read against the final state, giving y of shape (B, Q, d_v).
+
+Update rules (`update_rule`):
+
+- "sum":   W <- W + v_l phi(k_l)^T                                      (§1.2, §2.1)
+- "delta": v_bar = W k_l;  W <- W + beta_l (v_l - v_bar) k_l^T          (task spec, "ours")
+           i.e. W <- W (I - beta_l k_l k_l^T) + beta_l v_l k_l^T, with k_l the key after
+           normalisation (below).
+- "fwm":   the delta step with the raw phi(k_l); after every step from the second on,
+           W <- W / max(1, ||W||_F); output y = LayerNorm(W phi(q)) over d_v, no affine
+           parameters, eps 1e-5 (task spec). `normalisation` is ignored for this rule.
+
+Normalisations (`normalisation`, for "sum" and "delta"):
+
+- "attention": raw keys; y = W phi(q) / (z . phi(q) + eps), z = sum_l phi(k_l) (Katharopoulos
+               et al. 2020; reference §1.3).
+- "sum":       keys phi(k) / (sum_i phi(k)_i + key_eps), query phi(q) / (sum_i phi(q)_i + eps),
+               y = W phi'(q) (reference §7.2). The authors use key_eps = 0, so an all-zero
+               phi(k) gives 0/0 = NaN: that faithful behaviour is the default.
+- "none":      raw keys and query, y = W phi(q) (the plain FWP of §1.2).
+
+`read` is the production path (no loop over time steps for "sum" and "delta");
+`read_reference` is the literal step-by-step recurrence that `read` is tested against.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+UPDATE_RULES = ("sum", "delta", "fwm")
+NORMALISATIONS = ("attention", "sum", "none")
+FWM_LAYER_NORM_EPS = 1e-5  # task spec: LayerNorm of the fwm output, no affine parameters
+
+
+def _validate(update_rule, normalisation, beta):
+    if update_rule not in UPDATE_RULES:
+        raise ValueError(f"unknown update_rule {update_rule!r}; expected one of {UPDATE_RULES}")
+    if normalisation not in NORMALISATIONS:
+        raise ValueError(f"unknown normalisation {normalisation!r}; expected one of {NORMALISATIONS}")
+    if update_rule != "sum" and beta is None:
+        raise ValueError(f"update_rule {update_rule!r} needs beta of shape (B, L)")
+
+
+def _normalise(phi_k, phi_q, update_rule, normalisation, eps, key_eps):
+    """Keys and queries as the update rule and the read see them (sum normalisation, §7.2)."""
+    if update_rule != "fwm" and normalisation == "sum":
+        phi_k = phi_k / (phi_k.sum(-1, keepdim=True) + key_eps)
+        phi_q = phi_q / (phi_q.sum(-1, keepdim=True) + eps)
+    return phi_k, phi_q
+
+
+def _finish(y, phi_k, q, update_rule, normalisation, eps):
+    """Output head: attention denominator z . phi(q) + eps, or the fwm LayerNorm."""
+    if update_rule == "fwm":
+        return F.layer_norm(y, y.shape[-1:], eps=FWM_LAYER_NORM_EPS)
+    if normalisation == "attention":
+        z = phi_k.sum(1)  # (B, D), z = sum_l phi(k_l)
+        return y / ((q @ z.unsqueeze(-1)) + eps)
+    return y
+
+
+def _recurrent_state(k, v, beta, update_rule):
+    """Final fast weights W (B, d_v, D), one literal update per written pair, W^(0) = 0 (§1.2)."""
+    B, L, D = k.shape
+    W = k.new_zeros(B, v.shape[-1], D)
+    for l in range(L):
+        k_l, v_l = k[:, l], v[:, l]
+        if update_rule == "sum":
+            W = W + v_l[:, :, None] * k_l[:, None, :]
+        else:
+            v_bar = (W @ k_l[:, :, None]).squeeze(-1)
+            W = W + beta[:, l, None, None] * (v_l - v_bar)[:, :, None] * k_l[:, None, :]
+            if update_rule == "fwm" and l > 0:
+                W = W / torch.linalg.matrix_norm(W).clamp(min=1.0)[:, None, None]
+    return W
+
+
+def _delta_state_chunked(k, v, beta, chunk_size):
+    """Final delta-rule fast weights W (B, d_v, D) in the chunkwise parallel (WY / UT) form.
+
+    Yang et al. 2024, "Parallelizing Linear Transformers with the Delta Rule over Sequence
+    Length". Within a chunk of C keys starting from W_prev, W_t = W_prev + sum_{i<=t} u_i k_i^T
+    with u_i = beta_i (v_i - W_prev k_i - sum_{j<i} (k_j . k_i) u_j), i.e.
+    (I + A) U = diag(beta) (V - K W_prev^T),  A = tril(diag(beta) K K^T, -1).
+    With T = (I + A)^{-1} diag(beta) (UT transform, a unit-lower-triangular solve):
+    U = T V - (T K) W_prev^T and W_new = W_prev + U^T K. T V and T K do not depend on W_prev,
+    so they are solved for all chunks at once; only the two matmuls above loop over chunks.
+    The sequence is zero-padded to a whole number of chunks: a pair with k = 0 and beta = 0
+    leaves W unchanged.
+    """
+    B, L, D = k.shape
+    d_v = v.shape[-1]
+    C = min(chunk_size, L)
+    n = math.ceil(L / C)
+    pad = n * C - L
+    if pad:
+        k, v, beta = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad)), F.pad(beta, (0, pad))
+    k = k.reshape(B, n, C, D)
+    b = beta.reshape(B, n, C, 1)
+    A = torch.tril(b * (k @ k.transpose(-1, -2)), diagonal=-1)
+    eye = torch.eye(C, dtype=k.dtype, device=k.device)
+    rhs = b * torch.cat([v.reshape(B, n, C, d_v), k], dim=-1)
+    tv, tk = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True).split(
+        [d_v, D], dim=-1
+    )
+    W = k.new_zeros(B, d_v, D)
+    for c in range(n):
+        u = tv[:, c] - tk[:, c] @ W.transpose(-1, -2)  # (B, C, d_v)
+        W = W + u.transpose(-1, -2) @ k[:, c]
+    return W
+
+
+def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=None,
+         eps=1e-6, key_eps=0.0, chunk_size=64):
+    """Write all L pairs, then read the Q queries: y (B, Q, d_v). Production path.
+
+    phi_k (B, L, D), v (B, L, d_v), phi_q (B, Q, D); beta (B, L) in (0, 1), required for
+    "delta" and "fwm", ignored for "sum". key_eps only matters for normalisation "sum".
+    Works in the input dtype and device and is differentiable in every input.
+
+    - "sum": y = phi(Q) W^T with W = V^T phi(K) (§2.1), contracted in the cheaper order:
+      scores phi(K) phi(Q)^T then scores^T V costs L Q (D + d_v); materialising W costs
+      D d_v (L + Q), which wins when Q is large.
+    - "delta": chunkwise parallel form (`_delta_state_chunked`), loop over L / chunk_size chunks.
+    - "fwm": the per-step Frobenius renormalisation is nonlinear, so there is no chunked form;
+      this rule runs the sequential loop (the same code as `read_reference`) and ignores
+      `normalisation`, `eps` and `key_eps`.
+    """
+    _validate(update_rule, normalisation, beta)
+    k, q = _normalise(phi_k, phi_q, update_rule, normalisation, eps, key_eps)
+    B, L, D = k.shape
+    Q, d_v = q.shape[1], v.shape[-1]
+    if update_rule == "sum" and L * Q * (D + d_v) <= D * d_v * (L + Q):
+        y = (q @ k.transpose(1, 2)) @ v
+    else:
+        if update_rule == "sum":
+            W = v.transpose(1, 2) @ k
+        elif update_rule == "delta":
+            W = _delta_state_chunked(k, v, beta, chunk_size)
+        else:
+            W = _recurrent_state(k, v, beta, update_rule)
+        y = q @ W.transpose(1, 2)
+    return _finish(y, phi_k, q, update_rule, normalisation, eps)
+
+
+def read_reference(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=None,
+                   eps=1e-6, key_eps=0.0):
+    """Same contract as `read`, computed by the literal recurrence: a Python loop over the L
+    writes (§1.2 and the task-spec delta / fwm steps), then y = W^(L) q for every query."""
+    _validate(update_rule, normalisation, beta)
+    k, q = _normalise(phi_k, phi_q, update_rule, normalisation, eps, key_eps)
+    W = _recurrent_state(k, v, beta, update_rule)
+    return _finish(q @ W.transpose(1, 2), phi_k, q, update_rule, normalisation, eps)
+
+
+def softmax_read(k, v, q, scale=None):
+    """Exact softmax attention at the end of the sequence: y_q = sum_l softmax_l(k_l . q * scale) v_l.
+
+    k (B, L, d_key), v (B, L, d_v), q (B, Q, d_key) -> y (B, Q, d_v); scale defaults to
+    1 / sqrt(d_key) (the task spec's softmax baseline).
+    """
+    if scale is None:
+        scale = k.shape[-1] ** -0.5
+    return torch.softmax((q @ k.transpose(1, 2)) * scale, dim=-1) @ v

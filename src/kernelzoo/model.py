@@ -1,0 +1,97 @@
+"""The single-layer retrieval model of task-spec "Model", on its fast path.
+
+The spec reads ``x_l = concat(onehot(value_l), E[key_l])``, ``k_l = W_k x_l + b_k``,
+``q = W_q E[query] + b_q``, ``v_l = onehot(value_l)``. Since the values are one-hot, the fast
+path never builds a one-hot tensor:
+
+- ``W_k x_l = W_k[:, value_l] + (E W_kᵉᵀ)[key_l]``: the key rows of the embedding table are
+  projected once per forward (S·e·d_key multiply-adds instead of B·L·(S+e)·d_key) and gathered;
+- for the ``sum`` rule with queries at the end, the state ``W = Σ v φ(k)ᵀ`` is never built:
+  the scores ``φ(k_l)·φ(q)`` are scatter-added into the output slot ``value_l``.
+
+``kernelzoo.reference.reference_forward`` is the literal transcription, kept as test oracle and
+benchmark baseline; tests assert both compute the same function, outputs and gradients.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import memory
+from .feature_maps import FeatureMap
+
+
+class RetrievalModel(nn.Module):
+    """Single layer, single head, no MLP, no positional encoding (task-spec "Model")."""
+
+    def __init__(self, n_keys: int, phi: FeatureMap, update_rule: str = "sum",
+                 normalisation: str = "attention", eps: float = 1e-6, key_eps: float = 0.0,
+                 chunk_size: int = 64, embed_factor: float = 1.1):
+        super().__init__()
+        S, d_key = n_keys, phi.d_key
+        self.n_keys, self.d_key, self.phi = S, d_key, phi
+        self.update_rule, self.normalisation = update_rule, normalisation
+        self.eps, self.key_eps, self.chunk_size = eps, key_eps, chunk_size
+        self.softmax = phi.is_softmax
+        e = int(2 * S * embed_factor)  # the authors' width, int(2S·1.1)
+        self.embedding = nn.Embedding(2 * S, e)  # init N(0, 1); rows [0, S) are the key symbols
+        self.W_k = nn.Linear(S + e, d_key)
+        self.W_q = nn.Linear(e, d_key)
+        for lin in (self.W_k, self.W_q):
+            if self.softmax:
+                nn.init.xavier_uniform_(lin.weight)
+            else:
+                nn.init.uniform_(lin.weight, -1 / math.sqrt(d_key), 1 / math.sqrt(d_key))
+        self.W_beta = nn.Linear(S + e, 1) if update_rule in ("delta", "fwm") else None
+
+    def keys_and_query(self, keys, values, query):
+        """k (B, L, d_key), q (B, Q, d_key) and beta (B, L) or None, without one-hot inputs."""
+        S = self.n_keys
+        table = self.embedding.weight[:S]  # key rows only
+        w_val, w_emb = self.W_k.weight[:, :S], self.W_k.weight[:, S:]
+        k = (table @ w_emb.T)[keys] + w_val.T[values] + self.W_k.bias
+        q = F.linear(self.embedding(query), self.W_q.weight, self.W_q.bias)
+        beta = None
+        if self.W_beta is not None:
+            w = self.W_beta.weight[0]
+            beta = torch.sigmoid((table @ w[S:])[keys] + w[:S][values] + self.W_beta.bias)
+        return k, q, beta
+
+    def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor):
+        """Outputs y (B, Q, S) for query keys (B, Q) after the sequence (keys, values) (B, L)."""
+        k, q, beta = self.keys_and_query(keys, values, query)
+        if self.softmax:
+            scores = torch.softmax(k @ q.transpose(1, 2) / math.sqrt(self.d_key), dim=1)
+            return self._scatter(scores, values)
+        self.phi.maybe_redraw()  # one projection shared by keys and query in this pass
+        fk, fq = self.phi(k), self.phi(q, is_query=True)
+        if self.update_rule != "sum":
+            v = F.one_hot(values, self.n_keys).to(fk.dtype)
+            return memory.read(fk, v, fq, update_rule=self.update_rule,
+                               normalisation=self.normalisation, beta=beta, eps=self.eps,
+                               key_eps=self.key_eps, chunk_size=self.chunk_size)
+        if self.normalisation == "sum":
+            fk = fk / (fk.sum(-1, keepdim=True) + self.key_eps)
+            fq = fq / (fq.sum(-1, keepdim=True) + self.eps)
+        scores = fk @ fq.transpose(1, 2)  # (B, L, Q): φ(k_l)·φ(q)
+        y = self._scatter(scores, values)
+        if self.normalisation == "attention":
+            y = y / (scores.sum(dim=1).unsqueeze(-1) + self.eps)
+        return y
+
+    def _scatter(self, scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Σ_l scores[l] · onehot(value_l), as a scatter-add into (B, Q, S)."""
+        B, L, Q = scores.shape
+        index = values.unsqueeze(1).expand(B, Q, L)
+        out = scores.new_zeros(B, Q, self.n_keys)
+        return out.scatter_add(2, index, scores.transpose(1, 2))
+
+
+def retrieval_loss(y: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None):
+    """Per-query loss 0.5·Σ_v (onehot(target)_v − y_v)² (task-spec "Training"), shape (B, Q)."""
+    per_query = 0.5 * (y - F.one_hot(target, y.shape[-1]).to(y.dtype)).square().sum(-1)
+    return per_query if mask is None else per_query.masked_fill(~mask, 0.0)

@@ -1,0 +1,168 @@
+"""The local results store: one directory per run, independent of wandb.
+
+Layout: ``<results_dir>/<experiment>/runs/<run_id>/`` holding ``config.yaml`` (the resolved
+config), ``curve.csv`` (step, train_loss, eval_loss, eval_accuracy) and ``summary.json``.
+``summary.json`` is written last, by atomic rename, so its presence means "this run is done";
+a directory without it is an interrupted run and is redone from scratch. Concurrent workers
+claim a run with an OS file lock (``.claim``), which the kernel releases when a worker dies.
+Everything is plain text (YAML, CSV, JSON): reading results never executes code.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
+CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
+SUMMARY_KEYS = (
+    "run_id", "experiment", "task", "feature_map", "feature_map_params", "d_key", "d_dot",
+    "predicted_capacity", "n_keys", "seq_len", "update_rule", "normalisation", "seed",
+    "status", "reason", "steps", "final_eval_loss", "best_eval_loss", "final_eval_accuracy",
+    "wall_seconds", "device", "kernelzoo_version",
+)
+
+
+class StoreError(Exception):
+    """A store entry that cannot be read (corrupted or incomplete summary)."""
+
+
+def _short(value) -> str:
+    if isinstance(value, bool):
+        return "T" if value else "F"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def run_id(identity: dict, params_in_name: dict) -> str:
+    """Readable, deterministic id, e.g. ``dpfp-nu2-dkey64-S260-sum-seed1-3fa9c1d2``.
+
+    ``identity`` is everything that defines the experiment (not logging or launcher settings);
+    its hash makes the id unique. ``params_in_name`` are the feature-map parameters shown.
+    """
+    blob = json.dumps(identity, sort_keys=True, default=str)
+    digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
+    params = "".join(f"-{k}{_short(v)}" for k, v in params_in_name.items())
+    name = (f"{identity['feature_map']}{params}-dkey{identity['d_key']}-S{identity['n_keys']}"
+            f"-{identity['memory']['update_rule']}-seed{identity['seed']}-{digest}")
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
+    return Path(results_dir) / experiment
+
+
+def run_dir(results_dir: str | Path, experiment: str, rid: str) -> Path:
+    return experiment_dir(results_dir, experiment) / "runs" / rid
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    missing = [k for k in SUMMARY_KEYS if k not in summary]
+    if missing:
+        raise ValueError(f"summary lacks {missing}")
+    atomic_write_text(path / "summary.json", json.dumps(_json_safe(summary), indent=2) + "\n")
+
+
+def read_summary(path: Path) -> dict:
+    """Read and check one ``summary.json``; raise StoreError naming the file if it is bad."""
+    file = path / "summary.json" if path.is_dir() else path
+    try:
+        summary = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise StoreError(f"{file}: not a readable summary ({err})") from None
+    if not isinstance(summary, dict):
+        raise StoreError(f"{file}: not a readable summary (expected a JSON object)")
+    missing = [k for k in SUMMARY_KEYS if k not in summary]
+    if missing:
+        raise StoreError(f"{file}: summary lacks {', '.join(missing)}")
+    if summary["status"] not in STATUSES:
+        raise StoreError(f"{file}: status {summary['status']!r} is not one of {', '.join(STATUSES)}")
+    return summary
+
+
+def is_done(path: Path) -> bool:
+    return (path / "summary.json").is_file()
+
+
+class CurveWriter:
+    """Append rows to ``curve.csv``, flushed per row so a killed run leaves a readable prefix."""
+
+    def __init__(self, path: Path):
+        self.file = open(path / "curve.csv", "w", newline="")
+        self.writer = csv.writer(self.file)
+        self.writer.writerow(CURVE_COLUMNS)
+
+    def write(self, step: int, train_loss: float, eval_loss: float, eval_accuracy: float) -> None:
+        self.writer.writerow([step, f"{train_loss:.6g}", f"{eval_loss:.6g}", f"{eval_accuracy:.6g}"])
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class Claim:
+    """An exclusive, non-blocking claim on a run directory.
+
+    Uses an OS-level lock (``fcntl.flock`` through ``filelock``), so a worker killed with
+    SIGKILL releases it at once; two sweeps on one results directory never train a run twice.
+    """
+
+    def __init__(self, path: Path):
+        path.mkdir(parents=True, exist_ok=True)
+        self.lock = FileLock(str(path / ".claim"), timeout=0)
+
+    def __enter__(self) -> bool:
+        try:
+            self.lock.acquire()
+        except Timeout:
+            return False
+        return True
+
+    def __exit__(self, *exc) -> None:
+        if self.lock.is_locked:
+            self.lock.release()
+
+
+def reset(path: Path) -> None:
+    """Remove what an interrupted attempt left in a run directory (never its claim lock)."""
+    for child in path.iterdir():
+        if child.name == ".claim":
+            continue
+        if child.is_dir():
+            shutil.rmtree(child)
+        else:
+            child.unlink()

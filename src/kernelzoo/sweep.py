@@ -1,0 +1,39 @@
+"""Run a named sweep: ``python -m kernelzoo.sweep <experiment> [overrides]`` (``make sweep``).
+
+A thin front door over the Hydra app of ``kernelzoo.train``: it checks that
+``experiments/<experiment>.yaml`` exists (listing the valid names if not), then starts
+``kernelzoo.train --multirun +experiments=<experiment> [overrides]``. Rerunning a sweep trains
+only what is missing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0].startswith("-") or "=" in argv[0]:
+        print(f"usage: python -m kernelzoo.sweep <experiment> [overrides]\n"
+              f"experiments: {', '.join(available())}", file=sys.stderr)
+        sys.exit(2)
+    name, overrides = argv[0], argv[1:]
+    if name not in available():
+        print(f"error: unknown experiment {name!r}; valid: {', '.join(available())}",
+              file=sys.stderr)
+        sys.exit(2)
+    from . import train
+
+    sys.argv = [sys.argv[0], "--multirun", f"+experiments={name}", *overrides]
+    train.main()
+
+
+if __name__ == "__main__":
+    main()

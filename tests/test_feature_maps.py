@@ -1,0 +1,418 @@
+"""Tests for kernelzoo.feature_maps: golden numbers from the reference document (§), then
+statistical and structural properties. Statistical tests are float64 with fixed seeds."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from kernelzoo.feature_maps import (
+    FEATURE_MAPS,
+    ConfigError,
+    FeatureMap,
+    InfeasibleError,
+    build_feature_map,
+    gram_schmidt,
+    orthogonal_projection,
+    resolve_params,
+)
+
+# The running example (introduction): rows are q_1..q_4, k_1..k_4, v_1..v_4.
+Q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0]])
+K = torch.tensor([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 2.0]])
+V = Q.clone()
+OMEGA = torch.tensor([[0.5, -0.3], [-0.8, 1.2], [0.1, 0.7], [-0.4, -0.9]])  # §4.3
+
+
+# ------------------------------------------------------------------ golden numbers (reference)
+
+
+def test_elu_running_example():
+    phi = build_feature_map("elu", d_key=2)
+    assert torch.equal(phi(Q), torch.tensor([[2.0, 1], [1, 2], [2, 2], [3, 1]]))
+    assert torch.equal(phi(K), torch.tensor([[1.0, 2], [2, 1], [2, 2], [1, 3]]))
+
+
+def test_dpfp1_examples_6_5_and_6_6():
+    phi = build_feature_map("dpfp", d_key=2)
+    assert phi.d_dot == 4
+    out = phi(K)
+    for i in (0, 1, 3):  # k_1, k_2, k_4 have no two consecutive positive entries in [k, -k]
+        assert torch.equal(out[i], torch.zeros(4))
+    assert torch.equal(out[2], torch.tensor([1.0, 0, 0, 0]))
+    k_a, k_b = phi(torch.tensor([1.5, -0.8])), phi(torch.tensor([-0.5, 1.2]))
+    torch.testing.assert_close(k_a, torch.tensor([0.0, 0, 0, 1.2]))
+    torch.testing.assert_close(k_b, torch.tensor([0.0, 0.6, 0, 0]))
+    assert k_a @ k_b == 0  # orthogonal although k_A . k_B = -1.71
+
+
+def test_dpfp_matches_the_formula_of_6_3():
+    d, nu = 3, 4
+    x = torch.randn(5, d, generator=torch.Generator().manual_seed(0))
+    out = build_feature_map("dpfp", d_key=d, nu=nu)(x)
+    r = torch.relu(torch.cat([x, -x], -1))
+    for s in range(1, nu + 1):
+        for i in range(2 * d):
+            torch.testing.assert_close(out[:, (s - 1) * 2 * d + i], r[:, i] * r[:, (i + s) % (2 * d)])
+
+
+def test_favor_positive_example_4_3():
+    phi = build_feature_map("favor", d_key=2, m=4, projection=OMEGA)
+    q1, k1, k2 = phi(Q[0]), phi(K[0]), phi(K[1])
+    torch.testing.assert_close(q1, torch.tensor([0.500, 0.136, 0.335, 0.203]), atol=1e-3, rtol=0)
+    # k1[1] = exp(0.7) / 2 = 1.0069; the document's 1.008 multiplies by the rounded exp(-0.5) = 0.607.
+    torch.testing.assert_close(k1, torch.tensor([0.225, 1.008, 0.611, 0.123]), atol=1.5e-3, rtol=0)
+    assert (q1 @ k1).item() == pytest.approx(0.480, abs=1e-3)
+    # The document sums four products each rounded to 3 decimals: 0.421; the exact value is 0.4223.
+    assert (q1 @ k2).item() == pytest.approx(0.421, abs=2e-3)
+
+
+def test_gram_schmidt_example_5_3():
+    omega_ort = math.sqrt(2) * gram_schmidt(OMEGA[:2])
+    torch.testing.assert_close(omega_ort, torch.tensor([[1.212, -0.728], [0.728, 1.212]]), atol=2e-3, rtol=0)
+    phi = build_feature_map("favor", d_key=2, m=2, projection=omega_ort)
+    torch.testing.assert_close(phi(Q[0]), torch.tensor([1.442, 0.889]), atol=2e-3, rtol=0)
+
+
+def test_gram_schmidt_is_classical_and_orthonormal():
+    rows = torch.randn(4, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    e = gram_schmidt(rows)
+    torch.testing.assert_close(e @ e.T, torch.eye(4, dtype=torch.float64))
+    torch.testing.assert_close(e[0], rows[0] / rows[0].norm())
+    torch.testing.assert_close(torch.linalg.matrix_rank(torch.cat([rows[:2], e[:2]])), torch.tensor(2))
+    with pytest.raises(ConfigError):
+        gram_schmidt(torch.randn(3, 2))
+
+
+def test_trig_single_draw_3_5():
+    phi = build_feature_map("trig", d_key=2, m=1, projection=OMEGA[:1])
+    estimate = (phi(Q[0]) @ phi(K[3])).item()
+    # sin a sin b + cos a cos b = cos(a - b): the estimate is exp(0.5 + 2) cos(0.5 + 0.6) = 5.526.
+    # The document prints 5.516 because it rounds exp(2) cos(0.6) = 6.098 down to 6.089.
+    assert estimate == pytest.approx(math.exp(2.5) * math.cos(1.1), abs=1e-5)
+    assert estimate == pytest.approx(5.526, abs=2e-3)
+    assert estimate == pytest.approx(5.516, abs=1.5e-2)
+
+
+def test_taylor_is_exactly_the_second_order_expansion():
+    d = 5
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(7, d, generator=g, dtype=torch.float64), torch.randn(7, d, generator=g, dtype=torch.float64)
+    phi = build_feature_map("taylor", d_key=d)
+    assert phi.d_dot == 1 + d + d * d and not phi.positive
+    t = (q * k).sum(-1)
+    torch.testing.assert_close((phi(q) * phi(k)).sum(-1), 1 + t / math.sqrt(d) + t**2 / (2 * d))
+
+
+def test_favor_hyperbolic_and_input_scale_follow_their_formulas():
+    x = torch.randn(3, 2, generator=torch.Generator().manual_seed(3))
+    hyp = build_feature_map("favor", d_key=2, m=4, variant="hyperbolic", projection=OMEGA)
+    wx, half = x @ OMEGA.T, (x * x).sum(-1, keepdim=True) / 2
+    torch.testing.assert_close(hyp(x), torch.cat([torch.exp(wx - half), torch.exp(-wx - half)], -1) / math.sqrt(8))
+    performer = build_feature_map("favor", d_key=2, m=4, input_scale="performer", projection=OMEGA)
+    explicit = build_feature_map("favor", d_key=2, m=4, input_scale=2**-0.25, projection=OMEGA)
+    torch.testing.assert_close(performer(x), explicit(x))
+
+
+# ------------------------------------------------------------------------ memory-level examples
+
+
+def test_capacity_orthonormal_keys_retrieve_exactly_and_one_more_key_interferes():
+    d = 8
+    keys = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(4), dtype=torch.float64))[0].T
+    phi = build_feature_map("identity", d_key=d)
+    values = torch.eye(d, dtype=torch.float64)  # one-hot v_i
+    W = values.T @ phi(keys)  # sum_i v_i phi(k_i)^T, (d_v, d_dot)
+    torch.testing.assert_close(phi(keys) @ W.T, values)  # W phi(k_i) == v_i for every i
+    extra = torch.randn(1, d, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    keys9, values9 = torch.cat([keys, extra / extra.norm()]), torch.eye(d + 1, dtype=torch.float64)
+    W9 = values9.T @ phi(keys9)
+    assert (phi(keys9) @ W9.T - values9).abs().max() > 0.1  # d_dot + 1 keys cannot be orthonormal
+
+
+def test_crosstalk_example_2_3():
+    phi = build_feature_map("elu", d_key=2)
+    S2 = phi(K[:2]).T @ V[:2]  # phi(k_1) v_1^T + phi(k_2) v_2^T
+    retrieved = S2.T @ phi(K[0])
+    assert torch.equal(retrieved, torch.tensor([5.0, 4.0]))
+    z = phi(K[:2]).sum(0)
+    torch.testing.assert_close(retrieved / (z @ phi(K[0])), torch.tensor([0.556, 0.444]), atol=1e-3, rtol=0)
+
+
+def test_sum_normalisation_example_7_3():
+    phi = build_feature_map("elu", d_key=2)
+    q, k = phi(Q[0]), phi(K[0])
+    assert (q / q.sum()) @ (k / k.sum()) == pytest.approx(4 / 9)
+
+
+# ---------------------------------------------------------------------- statistical properties
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("favor", dict(variant="positive", orthogonal=True)),
+        ("favor", dict(variant="positive", orthogonal=False)),
+        ("favor", dict(variant="hyperbolic")),
+        ("trig", dict()),
+    ],
+)
+def test_random_features_are_unbiased_for_exp_dot(name, params):
+    d, draws = 4, 2000
+    g = torch.Generator().manual_seed(6)
+    x, y = torch.randn(3, d, generator=g, dtype=torch.float64), torch.randn(3, d, generator=g, dtype=torch.float64)
+    x, y = 0.5 * x / x.norm(dim=1, keepdim=True), 0.5 * y / y.norm(dim=1, keepdim=True)
+    y[2] = -x[2]  # anti-aligned: x + y = 0, so favor's estimate is exact (zero variance)
+    phi = build_feature_map(name, d_key=d, m=d, seed=7, **params).double()
+    estimates = []
+    for _ in range(draws):
+        phi.maybe_redraw()
+        estimates.append((phi(x) * phi(y)).sum(-1))
+    estimates = torch.stack(estimates)
+    standard_error = estimates.std(0) / math.sqrt(draws)
+    assert ((estimates.mean(0) - torch.exp((x * y).sum(-1))).abs() < 4 * standard_error + 1e-12).all()
+
+
+def test_orthogonal_favor_has_lower_mse_than_iid_theorem_2():
+    d = m = 16
+    draws, r = 1500, 0.5
+    x = torch.randn(16, d, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    x = r * x / x.norm(dim=1, keepdim=True)  # pairs (x, x): x.y = r^2, SM = exp(r^2)
+    sm = torch.exp((x * x).sum(-1))
+    mse, se = {}, {}
+    for orthogonal in (True, False):
+        phi = build_feature_map("favor", d_key=d, m=m, orthogonal=orthogonal, seed=9).double()
+        errors = []
+        for _ in range(draws):
+            phi.maybe_redraw()
+            errors.append((((phi(x) * phi(x)).sum(-1) - sm) ** 2).mean())
+        errors = torch.stack(errors)
+        mse[orthogonal], se[orthogonal] = errors.mean().item(), errors.std().item() / math.sqrt(draws)
+    se_diff = math.hypot(se[True], se[False])
+    assert mse[False] - mse[True] > 3 * se_diff
+    # Theorem 2 (§5.2): the gain is at least 2(m-1)/(m(d+2)) (SM - exp(-(|x|^2+|y|^2)/2))^2.
+    bound = 2 * (m - 1) / (m * (d + 2)) * (math.exp(r**2) - math.exp(-(r**2))) ** 2
+    assert mse[False] - mse[True] > bound - 3 * se_diff
+    # iid MSE (Lemma 2 of the Performers paper) is exp(|x+y|^2) SM^2 (1 - exp(-|x+y|^2)) / m; §4.4
+    # prints |x-y| in the last factor, a typo (it would make the MSE 0 for x = y).
+    lemma2 = math.exp(4 * r**2) * math.exp(2 * r**2) * (1 - math.exp(-4 * r**2)) / m
+    assert mse[False] == pytest.approx(lemma2, abs=4 * se[False])
+
+
+def test_orthogonal_projection_rows():
+    g = torch.Generator().manual_seed(10)
+    omega = orthogonal_projection(10, 4, generator=g, dtype=torch.float64, scaling="sqrt_d")
+    assert omega.shape == (10, 4)
+    torch.testing.assert_close(omega.norm(dim=1), torch.full((10,), 2.0, dtype=torch.float64))
+    for block in (omega[:4], omega[4:8]):  # full blocks are orthogonal: Omega Omega^T = d I
+        torch.testing.assert_close(block @ block.T, 4 * torch.eye(4, dtype=torch.float64))
+    chi = orthogonal_projection(4, 4, generator=g, dtype=torch.float64)
+    directions = chi / chi.norm(dim=1, keepdim=True)
+    torch.testing.assert_close(directions @ directions.T, torch.eye(4, dtype=torch.float64))
+    assert chi.norm(dim=1).std() > 0  # chi norms vary from row to row
+    with pytest.raises(ConfigError):
+        orthogonal_projection(4, 4, scaling="unit")
+
+
+# ------------------------------------------------------------------------ structural properties
+
+SHAPE_CASES = [
+    ("softmax", 5, {}),
+    ("identity", 5, {}),
+    ("relu", 3, {}),
+    ("elu", 7, {}),
+    ("tanh", 4, {}),
+    ("dpfp", 3, {}),
+    ("dpfp", 3, {"nu": 5}),
+    ("dpfp", 6, {"nu": 2}),
+    ("favor", 5, {}),
+    ("favor", 5, {"m": 12}),
+    ("favor", 3, {"m": 7, "variant": "hyperbolic", "orthogonal": False}),
+    ("trig", 5, {"m": 3}),
+    ("trig", 2, {"m": 9}),
+    ("taylor", 3, {}),
+    ("taylor", 6, {}),
+]
+EXPECTED_D_DOT = [math.inf, 5, 3, 7, 4, 6, 30, 24, 64, 12, 14, 6, 18, 13, 43]
+POSITIVE = {"relu", "elu", "dpfp", "favor"}
+
+
+def test_every_registered_map_is_covered():
+    assert set(FEATURE_MAPS) == {name for name, _, _ in SHAPE_CASES}
+    assert all(issubclass(cls, FeatureMap) and cls.name == name for name, cls in FEATURE_MAPS.items())
+
+
+@pytest.mark.parametrize("case, d_dot", list(zip(SHAPE_CASES, EXPECTED_D_DOT)), ids=[c[0] for c in SHAPE_CASES])
+def test_declared_d_dot_shape_and_positivity(case, d_dot):
+    name, d_key, params = case
+    phi = build_feature_map(name, d_key=d_key, **params)
+    assert isinstance(phi, torch.nn.Module) and phi.name == name and phi.d_key == d_key
+    assert phi.d_dot == d_dot and phi.is_softmax == (name == "softmax") and phi.positive == (name in POSITIVE)
+    x = 2 * torch.randn(2, 3, d_key, generator=torch.Generator().manual_seed(11))
+    phi.maybe_redraw()
+    out_keys, out_query = phi(x), phi(x[:, -1], is_query=True)
+    width = d_key if phi.is_softmax else d_dot
+    assert out_keys.shape == (2, 3, width) and out_query.shape == (2, width)
+    if phi.positive:
+        assert (out_keys >= 0).all() and (out_query >= 0).all()
+    elif name not in ("softmax", "identity"):
+        assert (out_keys < 0).any()  # positive=False is not a false alarm
+    assert json.loads(json.dumps(phi.params)) == phi.params  # plain python values
+    assert build_feature_map(name, d_key=d_key, **phi.params).params == phi.params
+
+
+def test_softmax_is_the_identity_with_infinite_d_dot():
+    phi = build_feature_map("softmax", d_key=2)
+    assert phi(Q) is Q and phi.d_dot == math.inf and phi.is_softmax
+
+
+def _projections_after_calls(phi, calls):
+    """For each maybe_redraw() call: whether the projection changed."""
+    changed = []
+    for _ in range(calls):
+        before = phi.projection.clone()
+        phi.maybe_redraw()
+        changed.append(not torch.equal(before, phi.projection))
+    return changed
+
+
+@pytest.mark.parametrize("name", ["favor", "trig"])
+def test_redraw_policies(name):
+    assert all(_projections_after_calls(build_feature_map(name, d_key=3, m=3, seed=0), 4))  # every_call
+    never = build_feature_map(name, d_key=3, m=3, redraw="never", seed=0)
+    assert not any(_projections_after_calls(never, 4) + _projections_after_calls(never.eval(), 2))
+    periodic = build_feature_map(name, d_key=3, m=3, redraw="every_n_steps", redraw_every=3, seed=0)
+    assert not any(_projections_after_calls(periodic.eval(), 2))  # eval calls neither redraw nor count
+    assert _projections_after_calls(periodic.train(), 7) == [True, False, False, True, False, False, True]
+    fixed = build_feature_map(name, d_key=2, m=4, projection=OMEGA)
+    assert not any(_projections_after_calls(fixed, 3)) and torch.equal(fixed.projection, OMEGA)
+
+
+def test_seeded_draws_are_reproducible_and_follow_the_buffer_dtype():
+    a, b = (build_feature_map("favor", d_key=4, m=6, seed=3) for _ in range(2))
+    for _ in range(3):
+        a.maybe_redraw(), b.maybe_redraw()
+    assert torch.equal(a.projection, b.projection)
+    assert not torch.equal(a.projection, build_feature_map("favor", d_key=4, m=6, seed=4).projection)
+    a.double().maybe_redraw()
+    assert a.projection.dtype == torch.float64 and a.projection.shape == (6, 4)
+
+
+def test_redraw_does_not_break_a_pending_backward():
+    phi = build_feature_map("favor", d_key=3, m=4)
+    x = torch.randn(2, 3, requires_grad=True)
+    loss = phi(x).sum()
+    phi.maybe_redraw()  # e.g. a second forward before this backward
+    loss.backward()
+    assert x.grad is not None
+
+
+@pytest.mark.parametrize("variant", ["positive", "hyperbolic"])
+def test_favor_stabilize_cancels_under_both_normalisations_and_avoids_underflow(variant):
+    g = torch.Generator().manual_seed(12)
+    shapes = [(2, 6, 4), (2, 4), (2, 6, 3)]  # keys (batch, seq, d_key), query, values
+    keys, query, values = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in shapes)
+
+    def outputs(phi, keys, query):
+        k, q, values_ = phi(keys), phi(query, is_query=True), values.to(keys.dtype)
+        attention = torch.einsum("bld,blv,bd->bv", k, values_, q) / torch.einsum("bld,bd->b", k, q)[:, None]
+        k_sum, q_sum = k / k.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+        return attention, torch.einsum("bld,blv,bd->bv", k_sum, values_, q_sum)
+
+    common = dict(d_key=4, m=8, variant=variant, redraw="never", seed=13)
+    plain = build_feature_map("favor", **common).double()
+    stable = build_feature_map("favor", stabilize=True, **common).double()
+    for a, b in zip(outputs(plain, keys, query), outputs(stable, keys, query)):
+        torch.testing.assert_close(a, b)
+    big_keys, big_query = 30 * keys, 30 * query  # |x|^2 / 2 ~ 2000: every exp underflows in float32
+    plain, stable = plain.float(), stable.float()
+    assert (plain(big_query.float(), is_query=True) == 0).all() and (plain(big_keys.float()) == 0).all()
+    reference = outputs(stable.double(), big_keys, big_query)[0]
+    assert reference.isfinite().all()
+    result = outputs(stable.float(), big_keys.float(), big_query.float())[0]
+    torch.testing.assert_close(result.double(), reference, atol=1e-4, rtol=1e-3)
+
+
+# ---------------------------------------------------------------------------- d_dot resolution
+
+ROUND_TRIPS = [
+    ("softmax", 8, math.inf, {}, {"d_key": 8}),
+    ("identity", 8, 16, {}, {"d_key": 16}),
+    ("relu", 8, 16, {}, {"d_key": 16}),
+    ("elu", 64, 64, {}, {"d_key": 64}),
+    ("tanh", 8, 5, {}, {"d_key": 5}),
+    ("dpfp", 64, 256, {}, {"d_key": 64, "nu": 2}),
+    ("dpfp", 8, 48, {}, {"d_key": 8, "nu": 3}),
+    ("favor", 8, 32, {}, {"d_key": 8, "m": 32}),
+    ("favor", 8, 32, {"variant": "hyperbolic"}, {"d_key": 8, "m": 16, "variant": "hyperbolic"}),
+    ("trig", 8, 32, {"seed": 1}, {"d_key": 8, "m": 16, "seed": 1}),
+    ("taylor", 8, 21, {}, {"d_key": 4}),
+]
+
+
+@pytest.mark.parametrize("name, d_key, d_dot, params, expected", ROUND_TRIPS, ids=[r[0] for r in ROUND_TRIPS])
+def test_resolve_params_round_trips(name, d_key, d_dot, params, expected):
+    assert resolve_params(name, d_key, d_dot, **params) == expected
+    assert build_feature_map(name, d_key=d_key, d_dot=d_dot, **params).d_dot == d_dot
+
+
+INFEASIBLE = [
+    ("dpfp", 64, 100, {}),
+    ("dpfp", 2, 16, {}),  # would need nu = 4 > 2*d_key - 1
+    ("softmax", 64, 128, {}),
+    ("favor", 8, 33, {"variant": "hyperbolic"}),
+    ("favor", 8, 0, {}),
+    ("trig", 8, 31, {}),
+    ("taylor", 8, 20, {}),
+    ("elu", 8, 12.5, {}),
+]
+
+
+@pytest.mark.parametrize("name, d_key, d_dot, params", INFEASIBLE, ids=[f"{c[0]}-{c[2]}" for c in INFEASIBLE])
+def test_unreachable_d_dot_is_infeasible(name, d_key, d_dot, params):
+    with pytest.raises(InfeasibleError) as error:
+        build_feature_map(name, d_key=d_key, d_dot=d_dot, **params)
+    assert name in str(error.value) and str(d_dot) in str(error.value)
+
+
+def test_dpfp_infeasible_message_lists_reachable_values():
+    with pytest.raises(InfeasibleError, match=r"dpfp cannot reach d_dot=100 with d_key=64: .*128, 256"):
+        resolve_params("dpfp", 64, 100)
+
+
+CONFIG_ERRORS = [
+    ("nope", dict(d_key=4), r"'nope'.*softmax, identity, relu, elu, tanh, dpfp, favor, trig, taylor"),
+    ("dpfp", dict(d_key=4, nu=0), r"nu .*\[1, 7\].* 0"),
+    ("dpfp", dict(d_key=4, nu=8), r"nu .*\[1, 7\].* 8"),
+    ("dpfp", dict(d_key=4, nu=1.5), r"nu"),
+    ("favor", dict(d_key=4, m=0), r"m must be .* 0"),
+    ("trig", dict(d_key=4, m=0), r"m must be .* 0"),
+    ("elu", dict(d_key=0), r"d_key .* 0"),
+    ("elu", dict(d_key=4.0), r"d_key .* 4.0"),
+    ("favor", dict(d_key=4, m=True), r"m must be .* True"),
+    ("favor", dict(d_key=0), r"d_key .* 0"),
+    ("dpfp", dict(d_key=4, m=3), r"unknown parameter 'm'.*nu"),
+    ("elu", dict(d_key=4, nu=1), r"unknown parameter 'nu'"),
+    ("trig", dict(d_key=4, variant="positive"), r"unknown parameter 'variant'.*m, orthogonal"),
+    ("favor", dict(d_key=4, variant="cosh"), r"variant .*'cosh'"),
+    ("favor", dict(d_key=4, redraw="sometimes"), r"redraw .*'sometimes'"),
+    ("favor", dict(d_key=4, redraw="every_n_steps", redraw_every=0), r"redraw_every"),
+    ("favor", dict(d_key=4, input_scale="huge"), r"input_scale"),
+    ("favor", dict(d_key=2, m=3, projection=OMEGA), r"shape .*\(3, 2\).*\(4, 2\)"),
+    ("favor", dict(d_key=2, m=4, projection=OMEGA, redraw="every_call"), r"never"),
+    ("dpfp", dict(d_key=64, d_dot=128, nu=2), r"nu=2 contradicts d_dot=128"),
+    ("favor", dict(d_key=64, d_dot=128, m=64), r"m=64 contradicts d_dot=128"),
+]
+
+
+@pytest.mark.parametrize("name, kwargs, message", CONFIG_ERRORS)
+def test_config_errors(name, kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        build_feature_map(name, **kwargs)
+
+
+def test_none_means_default_and_errors_are_value_errors():
+    assert build_feature_map("dpfp", d_key=64, d_dot=256, nu=None).params == {"nu": 2}
+    assert resolve_params("favor", 8, 16, m=None, seed=None) == {"d_key": 8, "m": 16}
+    assert issubclass(ConfigError, ValueError) and issubclass(InfeasibleError, ValueError)
