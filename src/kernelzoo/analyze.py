@@ -1,0 +1,482 @@
+"""Capacity analysis of one experiment: failure points, table, figures, report, dashboard.
+
+    python -m kernelzoo.analyze experiment=<name> [results_dir=results] [threshold=0.01]
+                                [accuracy_threshold=0.99] [logger=wandb|none]
+
+Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model),
+saves them as ``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``) and
+``report.md`` beside it. Partial sweeps are analysed as far as they go; run directories without a
+summary, corrupted summaries and grid holes are listed in the report. Nothing is ever deleted.
+
+Failure-point rule (stated again in report.md)
+----------------------------------------------
+A configuration is (feature_map, params, d_key, d_dot, update_rule). For each configuration and
+seed, over n_keys ascending, a grid point fails when its final eval loss is above tau
+(``threshold``) or missing, or when the run diverged; infeasible runs are left out. The failure
+point is the first failing n whose next grid point fails too (a failure followed by a pass is
+noise; a failing last point counts alone). Between the last passing point n_a (loss l_a) and the
+failing one n_b (loss l_b), n* = n_a + (log tau - log l_a) / (log l_b - log l_a) * (n_b - n_a),
+clamped to [n_a, n_b]; losses are floored at 1e-12 and, when l_b is not finite, n* is the
+midpoint. Outcomes: "fails_at" (n*), "never_fails" (lower bound: the largest n tried),
+"fails_everywhere" (the first point already fails; upper bound: the smallest n tried) and
+"no_data". The accuracy criterion is the same rule with accuracy < ``accuracy_threshold``,
+interpolated linearly in accuracy. Seeds aggregate to the median of their numbers (bounds
+included) with a min-max interval below 5 seeds, else a bootstrap 95% percentile interval (RNG
+seed 0); a configuration's outcome is its most common seed outcome (ties: fails_at, then
+fails_everywhere). Predicted capacity = the map's d_dot (null: unbounded); ratio = observed /
+predicted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+import pandas as pd
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from kernelzoo import plots, tracking
+from kernelzoo.store import (CURVE_COLUMNS, StoreError, atomic_write_text, experiment_dir,
+                             read_summary)
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
+CAPACITY_COLUMNS = CONFIG_KEYS + (
+    "predicted_capacity", "n_seeds", "observed_capacity", "ci_low", "ci_high", "first_failure",
+    "ratio", "outcome",
+)
+EXTRA_COLUMNS = ("observed_capacity_acc", "ci_low_acc", "ci_high_acc", "first_failure_acc",
+                 "outcome_acc", "label")
+OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
+LOSS_FLOOR = 1e-12
+BOOTSTRAP_SAMPLES = 2000
+BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
+               "relu": "ReLU", "taylor": "Taylor"}
+ESSENTIAL_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",)}
+
+
+@dataclass
+class AnalyzeConfig:
+    """Schema of ``conf/analyze.yaml``; ``logger`` is the shared ``conf/logger`` group."""
+
+    experiment: str = MISSING
+    results_dir: str = "results"
+    threshold: float = 0.01
+    accuracy_threshold: float = 0.99
+    logger: Any = MISSING
+
+
+ConfigStore.instance().store(name="analyze_schema", node=AnalyzeConfig)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def canonical_params(params: dict) -> str:
+    """``{"nu": 2, "a": True}`` -> ``"a=true,nu=2"``; ``""`` for no parameters."""
+    return ",".join(f"{k}={_fmt(v)}" for k, v in sorted(params.items()))
+
+
+def _number(value) -> float:
+    """A summary number as float: null -> NaN, the store's "inf" strings -> inf."""
+    return math.nan if value is None else float(value)
+
+
+def _row(summary: dict, run_dir: str) -> dict:
+    params = summary["feature_map_params"] or {}
+    if not isinstance(params, dict):
+        raise TypeError("feature_map_params is not an object")
+    row = dict(summary, run_dir=run_dir, params=canonical_params(params),
+               feature_map_params=json.dumps(params, sort_keys=True))
+    for key in ("final_eval_loss", "best_eval_loss", "final_eval_accuracy", "wall_seconds"):
+        row[key] = _number(summary[key])
+    for key in ("d_key", "n_keys", "seed", "steps"):
+        row[key] = int(summary[key])
+    return row
+
+
+def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """(one row per readable summary, run dirs without summary, one line per corrupted one)."""
+    rows, missing, corrupted = [], [], []
+    for path in sorted(p for p in (exp_dir / "runs").iterdir() if p.is_dir()):
+        if not (path / "summary.json").exists():
+            missing.append(path.name)
+            continue
+        try:
+            rows.append(_row(read_summary(path), path.name))
+        except StoreError as err:
+            corrupted.append(str(err))
+        except (TypeError, ValueError) as err:
+            corrupted.append(f"{path / 'summary.json'}: bad value ({err})")
+    runs = pd.DataFrame(rows)
+    if runs.empty:
+        return runs, missing, corrupted
+    for key in ("d_dot", "predicted_capacity"):
+        runs[key] = runs[key].astype("Int64")
+    return add_labels(runs), missing, corrupted
+
+
+def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
+    """Add ``label``: a short human name per configuration, unique within the experiment.
+
+    Shows the map's essential parameters (nu, m), the parameters that vary among its
+    configurations, and d_key / update_rule / d_dot only where needed to tell them apart.
+    """
+    configs = runs.drop_duplicates(list(CONFIG_KEYS))
+    across = [k for k in ("d_key", "update_rule") if runs[k].nunique() > 1]
+    labels = {}
+    for fmap, group in configs.groupby("feature_map"):
+        dicts = [json.loads(p) for p in group["feature_map_params"]]
+        keys = sorted(set().union(*dicts))
+        shown = [k for k in keys if k in ESSENTIAL_PARAMS.get(fmap, ())
+                 or len({json.dumps(d.get(k)) for d in dicts}) > 1]
+        for (_, row), params in zip(group.iterrows(), dicts):
+            parts = [BASE_LABELS.get(fmap, fmap)]
+            if fmap == "dpfp" and "nu" in params:
+                parts = [f"DPFP-{params['nu']}"]
+            for k in shown:
+                if k in params and not (fmap == "dpfp" and k == "nu"):
+                    v = params[k]
+                    parts.append(v if isinstance(v, str) else f"{k}={_fmt(v)}")
+            parts += [f"d_key={row['d_key']}" if k == "d_key" else str(row[k]) for k in across]
+            labels[tuple(row[k] for k in CONFIG_KEYS)] = " ".join(parts)
+    counts = Counter(labels.values())
+    labels = {key: f"{lab} d_dot={key[3]}" if counts[lab] > 1 else lab
+              for key, lab in labels.items()}
+    runs = runs.copy()
+    runs["label"] = [labels[key] for key in zip(*(runs[k] for k in CONFIG_KEYS))]
+    return runs
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """Failure point of one (configuration, seed) series."""
+
+    outcome: str
+    value: float          # n* for fails_at, else the bound (NaN for no_data)
+    first_failure: float  # the grid n where the rule fires (NaN if it never does)
+    last_pass: float      # the passing grid n just before it (fails_at only)
+
+
+def failure_point(n: np.ndarray, failing: np.ndarray, cross) -> SeedResult:
+    """The rule on one series sorted by n; ``cross(i)`` interpolates between points i-1 and i."""
+    if len(n) == 0:
+        return SeedResult("no_data", math.nan, math.nan, math.nan)
+    for i in range(len(n)):
+        if failing[i] and (i == len(n) - 1 or failing[i + 1]):
+            if i == 0:
+                return SeedResult("fails_everywhere", float(n[0]), float(n[0]), math.nan)
+            value = min(max(cross(i), n[i - 1]), n[i])
+            return SeedResult("fails_at", float(value), float(n[i]), float(n[i - 1]))
+    return SeedResult("never_fails", float(n[-1]), math.nan, math.nan)
+
+
+def loss_failure(n, loss, diverged, threshold: float) -> SeedResult:
+    """Loss criterion: fails when loss > threshold, missing, or diverged; log-linear crossing."""
+    n, loss = np.asarray(n, float), np.asarray(loss, float)
+    failing = np.asarray(diverged, bool) | ~(loss <= threshold)
+
+    def cross(i):
+        if not np.isfinite(loss[i]):
+            return (n[i - 1] + n[i]) / 2
+        la, lb = np.log10(max(loss[i - 1], LOSS_FLOOR)), np.log10(loss[i])
+        return n[i - 1] + (np.log10(threshold) - la) / (lb - la) * (n[i] - n[i - 1])
+
+    return failure_point(n, failing, cross)
+
+
+def accuracy_failure(n, accuracy, diverged, threshold: float) -> SeedResult:
+    """Accuracy criterion: fails when accuracy < threshold, missing, or diverged; linear."""
+    n, acc = np.asarray(n, float), np.asarray(accuracy, float)
+    failing = np.asarray(diverged, bool) | ~(acc >= threshold)
+
+    def cross(i):
+        if not np.isfinite(acc[i]):
+            return (n[i - 1] + n[i]) / 2
+        return n[i - 1] + (acc[i - 1] - threshold) / (acc[i - 1] - acc[i]) * (n[i] - n[i - 1])
+
+    return failure_point(n, failing, cross)
+
+
+def aggregate(values) -> tuple[float, float, float]:
+    """(median, low, high): min-max below 5 values, else a bootstrap 95% percentile interval."""
+    values = np.asarray([v for v in values if not math.isnan(v)], float)
+    if len(values) == 0:
+        return math.nan, math.nan, math.nan
+    if len(values) < 5:
+        return float(np.median(values)), float(values.min()), float(values.max())
+    draws = np.random.default_rng(0).choice(values, size=(BOOTSTRAP_SAMPLES, len(values)))
+    low, high = np.percentile(np.median(draws, axis=1), [2.5, 97.5])
+    return float(np.median(values)), float(low), float(high)
+
+
+def combine(outcomes) -> str:
+    """The most common seed outcome (ties in the order of OUTCOMES); no_data if none has data."""
+    counts = Counter(o for o in outcomes if o != "no_data")
+    if not counts:
+        return "no_data"
+    return max(OUTCOMES, key=lambda o: (counts[o], -OUTCOMES.index(o)))
+
+
+def seed_table(runs: pd.DataFrame, threshold: float, accuracy_threshold: float) -> pd.DataFrame:
+    """One row per (label, seed): both criteria's SeedResults; infeasible points left out."""
+    rows = []
+    for (label, seed), group in runs.groupby(["label", "seed"], sort=True):
+        series = group[group["status"] != "infeasible"].sort_values("n_keys")
+        diverged = series["status"].eq("diverged")
+        loss = loss_failure(series["n_keys"], series["final_eval_loss"], diverged, threshold)
+        acc = accuracy_failure(series["n_keys"], series["final_eval_accuracy"], diverged,
+                               accuracy_threshold)
+        rows.append({"label": label, "seed": seed, **vars(loss),
+                     **{f"{k}_acc": v for k, v in vars(acc).items()}})
+    return pd.DataFrame(rows)
+
+
+def capacity_table(runs: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration with the columns of CAPACITY_COLUMNS + EXTRA_COLUMNS."""
+    rows = []
+    for label, group in seeds.groupby("label"):
+        first = runs[runs["label"] == label].iloc[0]
+        observed, low, high = aggregate(group["value"])
+        observed_acc, low_acc, high_acc = aggregate(group["value_acc"])
+        predicted = first["predicted_capacity"]
+        rows.append({
+            **{k: first[k] for k in CONFIG_KEYS}, "predicted_capacity": predicted,
+            "n_seeds": int((group["outcome"] != "no_data").sum()),
+            "observed_capacity": observed, "ci_low": low, "ci_high": high,
+            "first_failure": aggregate(group["first_failure"])[0],
+            "ratio": math.nan if pd.isna(predicted) else observed / predicted,
+            "outcome": combine(group["outcome"]),
+            "observed_capacity_acc": observed_acc, "ci_low_acc": low_acc, "ci_high_acc": high_acc,
+            "first_failure_acc": aggregate(group["first_failure_acc"])[0],
+            "outcome_acc": combine(group["outcome_acc"]), "label": label,
+        })
+    table = pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS + EXTRA_COLUMNS))
+    for key in ("d_dot", "predicted_capacity"):
+        table[key] = table[key].astype("Int64")
+    order = sorted(range(len(table)), key=lambda i: plots.natural_key(table["label"].iloc[i]))
+    return table.iloc[order].reset_index(drop=True)
+
+
+def grid_holes(runs: pd.DataFrame) -> list[str]:
+    """(configuration, seed) pairs lacking some n_keys of the experiment's full grid."""
+    grid, all_seeds = sorted(runs["n_keys"].unique()), sorted(runs["seed"].unique())
+    present = set(zip(runs["label"], runs["seed"], runs["n_keys"]))
+    holes = []
+    for label in sorted(runs["label"].unique(), key=plots.natural_key):
+        for seed in all_seeds:
+            gaps = [str(n) for n in grid if (label, seed, n) not in present]
+            if gaps:
+                holes.append(f"{label}, seed {seed}: n_keys {', '.join(gaps)}")
+    return holes
+
+
+def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
+                exp_dir: Path) -> pd.DataFrame:
+    """Eval curves of the runs just below and above each failure point (the median-most seed)."""
+    frames = []
+    for row in capacity[capacity["outcome"] == "fails_at"].itertuples():
+        group = seeds[(seeds["label"] == row.label) & (seeds["outcome"] == "fails_at")]
+        seed = group.loc[(group["value"] - row.observed_capacity).abs().idxmin()]
+        for side, n in (("below", seed["last_pass"]), ("above", seed["first_failure"])):
+            match = runs[(runs["label"] == row.label) & (runs["seed"] == seed["seed"])
+                         & (runs["n_keys"] == n)]
+            path = exp_dir / "runs" / match["run_dir"].iloc[0] / "curve.csv"
+            try:
+                curve = pd.read_csv(path, usecols=list(CURVE_COLUMNS))
+            except (OSError, ValueError, pd.errors.ParserError):
+                continue
+            frames.append(curve.assign(label=row.label, n_keys=int(n), side=side))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _cell(value, digits: int = 3) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def markdown_table(capacity: pd.DataFrame) -> list[str]:
+    head = ["configuration", "d_dot", "predicted", "seeds", "observed [interval]",
+            "first failure", "ratio", "outcome", "accuracy criterion"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in capacity.itertuples():
+        lines.append("| " + " | ".join([
+            r.label, _cell(r.d_dot), _cell(r.predicted_capacity) if pd.notna(r.predicted_capacity)
+            else "unbounded", str(r.n_seeds),
+            f"{_cell(r.observed_capacity)} [{_cell(r.ci_low)}, {_cell(r.ci_high)}]",
+            _cell(r.first_failure), _cell(r.ratio), r.outcome,
+            f"{_cell(r.observed_capacity_acc)} ({r.outcome_acc})"]) + " |")
+    return lines
+
+
+def _listing(items: list[str], limit: int = 30) -> list[str]:
+    shown = [f"  - {item}" for item in items[:limit]]
+    return shown + ([f"  - ... and {len(items) - limit} more"] if len(items) > limit else [])
+
+
+def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
+                 capacity: pd.DataFrame, missing: list[str], corrupted: list[str],
+                 figures: list[Path], threshold: float, accuracy_threshold: float) -> Path:
+    """``report.md``: what ran where, the rule, the table, what is missing, the figures."""
+    rule = __doc__.partition("---\n")[2].strip()  # the docstring's failure-point section
+    status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
+    wall, devices = runs["wall_seconds"], runs["device"].value_counts()
+    lines = [f"# Capacity analysis: `{experiment}`", "", "## What was run", "",
+             f"- {len(runs)} runs with a summary ({status}); {len(capacity)} configurations.",
+             f"- d_key: {', '.join(map(str, sorted(runs['d_key'].unique())))}; update rules: "
+             f"{', '.join(sorted(runs['update_rule'].unique()))}; seeds: "
+             f"{', '.join(map(str, sorted(runs['seed'].unique())))}.",
+             f"- n_keys: {runs['n_keys'].min()} to {runs['n_keys'].max()} "
+             f"({runs['n_keys'].nunique()} grid values).",
+             f"- Machine: {', '.join(f'{d} ({c} runs)' for d, c in devices.items())}; "
+             f"kernelzoo {', '.join(sorted(map(str, runs['kernelzoo_version'].unique())))}.",
+             f"- Wall time: {wall.sum():.0f} s summed over runs (median {wall.median():.1f} s, "
+             f"max {wall.max():.1f} s per run)."]
+    sweep = exp_dir / "sweep.json"
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        sweep_seconds = float(json.loads(sweep.read_text())["wall_seconds"])
+        lines.append(f"- Sweep wall clock: {sweep_seconds:.0f} s.")
+    lines += ["", "## Failure-point rule", "", f"tau = {threshold:g}, accuracy threshold = "
+              f"{accuracy_threshold:g}.", "", rule, "",
+              f"## Capacity (loss criterion: final eval loss > {threshold:g})", ""]
+    lines += markdown_table(capacity)
+    bounded = capacity[capacity["ratio"].notna()]
+    lines += ["", "## Compared with the paper", "",
+              "Schlag et al. (2021, Figure 2) predict that each deterministic map fails once the "
+              "number of keys exceeds its d_dot. Observed / predicted ratios here: "
+              + ("; ".join(f"{r.label} {r.ratio:.2f} ({r.outcome})" for r in bounded.itertuples())
+                 or "none (no configuration with a bounded prediction has data)")
+              + ". A never_fails ratio is a lower bound, a fails_everywhere ratio an upper bound.",
+              "", "## What is missing", ""]
+    infeasible = runs[runs["status"] == "infeasible"]
+    mixed = [f"{label}: " + ", ".join(f"seed {s.seed} {s.outcome}" for s in g.itertuples())
+             for label, g in seeds.groupby("label") if g["outcome"].nunique() > 1]
+    holes = grid_holes(runs)
+    for title, items in (
+            ("Run directories without summary.json (in progress or interrupted)", missing),
+            ("Corrupted summaries (skipped)", corrupted),
+            ("Infeasible points (excluded)", [f"{r.label}, seed {r.seed}, n_keys {r.n_keys}: "
+                                               f"{r.reason}" for r in infeasible.itertuples()]),
+            ("Grid holes (relative to configurations x seeds x n_keys seen)", holes),
+            ("Configurations whose seeds disagree on the outcome", mixed)):
+        lines += [f"- {title}: {len(items) or 'none'}"] + _listing(items)
+    lines += ["", "## Figures", ""] + [f"![]({p.name})\n" for p in figures]
+    path = exp_dir / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def log_dashboard(cfg: DictConfig, capacity: pd.DataFrame, figures: list[Path]) -> None:
+    """Log the table and the figures to wandb; a failure is one warning line, nothing more."""
+    tracker = tracking.start(
+        True, cfg.results_dir, project=cfg.logger.get("project") or tracking.PROJECT,
+        entity=cfg.logger.get("entity"), group=cfg.experiment, name=f"{cfg.experiment}-analysis",
+        config=OmegaConf.to_container(cfg), job_type="analysis")
+    if tracker.run is None:
+        return
+    try:
+        import wandb
+
+        table = capacity.astype(object).where(capacity.notna(), None)
+        tracker.run.log({"capacity": wandb.Table(dataframe=table),
+                         **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures}})
+        tracker.finish()
+    except Exception as err:  # the dashboard is a view: local outputs are already complete
+        print(f"warning: wandb logging failed ({type(err).__name__}: {err}); "
+              "the local outputs are complete", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            tracker.finish(exit_code=1)
+
+
+def analyze(cfg: DictConfig) -> None:
+    """Load, compute failure points, write runs.parquet, capacity.csv, figures and report.md."""
+    exp_dir = experiment_dir(cfg.results_dir, cfg.experiment)
+    runs, missing, corrupted = load_runs(exp_dir)
+    for line in corrupted:
+        print(f"warning: skipped corrupted summary: {line}", file=sys.stderr)
+    if runs.empty:
+        print(f"nothing to analyse in {exp_dir / 'runs'}: {len(missing)} runs without summary, "
+              f"{len(corrupted)} corrupted", file=sys.stderr)
+        return
+    runs.to_parquet(exp_dir / "runs.parquet", index=False)
+    seeds = seed_table(runs, cfg.threshold, cfg.accuracy_threshold)
+    capacity = capacity_table(runs, seeds)
+    atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
+    figures = plots.all_figures(runs, capacity, curve_table(runs, seeds, capacity, exp_dir),
+                                exp_dir, cfg.threshold, cfg.accuracy_threshold)
+    report = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, missing, corrupted,
+                          figures, cfg.threshold, cfg.accuracy_threshold)
+    print(f"analysed {len(runs)} runs of {cfg.experiment} -> {report}")
+    if cfg.logger.get("name") != "none":
+        log_dashboard(cfg, capacity, figures)
+
+
+def _experiments(results_dir: str) -> str:
+    root = Path(results_dir)
+    if not root.is_dir():
+        return f"results_dir {root} does not exist"
+    names = sorted(p.name for p in root.iterdir() if (p / "runs").is_dir())
+    return f"experiments in {root}: {', '.join(names) or 'none'}"
+
+
+def validate(cfg: DictConfig) -> str | None:
+    """The first problem with ``cfg`` as a one-line message, or None."""
+    known = [f.name for f in fields(AnalyzeConfig)]
+    unknown = sorted(set(cfg) - set(known))
+    if unknown:
+        return f"unknown option {', '.join(unknown)}; valid options: {', '.join(known)}"
+    for key in ("threshold", "accuracy_threshold"):
+        if not 0 < cfg[key] < 1:
+            return f"{key}={cfg[key]} is outside (0, 1): give a number strictly between 0 and 1"
+    if OmegaConf.is_missing(cfg, "experiment"):
+        return f"experiment=<name> is required ({_experiments(cfg.results_dir)})"
+    runs_dir = experiment_dir(cfg.results_dir, cfg.experiment) / "runs"
+    if not runs_dir.is_dir():
+        return (f"unknown experiment {cfg.experiment!r}: no {runs_dir} "
+                f"({_experiments(cfg.results_dir)})")
+    return None
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="analyze", version_base="1.3")
+def _hydra_main(cfg: DictConfig) -> None:
+    error = validate(cfg)
+    if error:
+        print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    analyze(cfg)
+
+
+def main() -> None:
+    """Console entry point: reject unknown keys and loggers in one line, then run Hydra."""
+    known = [f.name for f in fields(AnalyzeConfig)]
+    loggers = sorted(p.stem for p in (CONF_DIR / "logger").glob("*.yaml"))
+    for arg in sys.argv[1:]:
+        key, sep, value = arg.partition("=")
+        if not sep or key.startswith(("hydra", "+", "~", "-")):
+            continue
+        if key not in known:
+            error = f"unknown option {key!r}; valid options: {', '.join(known)}"
+        elif key == "logger" and value not in loggers:
+            error = f"logger={value} is not one of {', '.join(loggers)}"
+        else:
+            continue
+        print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Write fake results stores for the analysis tests: summary.json and curve.csv, no training."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+CURVE = ("step", "train_loss", "eval_loss", "eval_accuracy")
+
+
+def accuracy_of(loss):
+    """A plausible accuracy for a synthetic loss: 1 - loss, None when the loss is None."""
+    return None if loss is None else max(0.0, 1.0 - loss)
+
+
+def write_run(exp_dir: Path, *, n_keys: int, loss, seed: int = 1, feature_map: str = "elu",
+              params: dict | None = None, d_key: int = 64, d_dot: int | None = 64,
+              update_rule: str = "sum", status: str = "converged", accuracy="auto",
+              reason: str | None = None, wall_seconds: float = 2.0) -> Path:
+    """One run directory with summary.json, curve.csv and config.yaml; returns the directory."""
+    params = params or {}
+    tag = "-".join(f"{k}{v}" for k, v in sorted(params.items()))
+    run_id = f"{feature_map}{tag}-dkey{d_key}-ddot{d_dot}-S{n_keys}-{update_rule}-seed{seed}"
+    path = exp_dir / "runs" / run_id
+    path.mkdir(parents=True)
+    accuracy = accuracy_of(loss) if accuracy == "auto" else accuracy
+    summary = {
+        "run_id": run_id, "experiment": exp_dir.name, "task": "capacity",
+        "feature_map": feature_map, "feature_map_params": params, "d_key": d_key,
+        "d_dot": d_dot, "predicted_capacity": d_dot, "n_keys": n_keys, "seq_len": n_keys,
+        "update_rule": update_rule, "normalisation": "attention", "seed": seed,
+        "status": status, "reason": reason, "steps": 500, "final_eval_loss": loss,
+        "best_eval_loss": loss, "final_eval_accuracy": accuracy, "wall_seconds": wall_seconds,
+        "device": "cpu (synthetic)", "kernelzoo_version": "0.1.0",
+    }
+    (path / "summary.json").write_text(json.dumps(summary, indent=2))
+    (path / "config.yaml").write_text(f"n_keys: {n_keys}\nseed: {seed}\n")
+    if loss is not None:
+        with open(path / "curve.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(CURVE)
+            for i, step in enumerate(range(100, 600, 100)):
+                eval_loss = loss * 2.0 ** (4 - i)
+                writer.writerow([step, eval_loss, eval_loss, accuracy_of(eval_loss)])
+    return path
+
+
+def write_series(exp_dir: Path, losses: dict, **config) -> list[Path]:
+    """One run per ``{n_keys: final_eval_loss}`` entry of one configuration and seed."""
+    return [write_run(exp_dir, n_keys=n, loss=loss, **config) for n, loss in losses.items()]

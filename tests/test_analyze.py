@@ -1,0 +1,281 @@
+"""Tests of the capacity analysis on synthetic results stores (no training, no model)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from synthetic import write_run, write_series
+
+from kernelzoo import analyze
+
+SRC = Path(analyze.__file__).resolve().parents[1]
+GRID = [20, 40, 60, 80, 100, 120]
+TAU = 0.01
+
+
+def crossing(n_a, l_a, n_b, l_b, tau=TAU):
+    """The documented interpolation, written out independently."""
+    return n_a + (math.log(tau) - math.log(l_a)) / (math.log(l_b) - math.log(l_a)) * (n_b - n_a)
+
+
+def loss_rule(losses, diverged=None):
+    return analyze.loss_failure(GRID[:len(losses)], losses,
+                                diverged or [False] * len(losses), TAU)
+
+
+# --- the failure-point rule on one series ---------------------------------------------------
+
+def test_clean_crossing_interpolates_in_log_loss():
+    result = loss_rule([1e-4, 1e-4, 1e-4, 0.3, 0.3, 0.4])
+    assert result.outcome == "fails_at"
+    assert result.value == pytest.approx(71.50377, abs=1e-4)  # 60 + 2 / log10(3000) * 20
+    assert result.value == pytest.approx(crossing(60, 1e-4, 80, 0.3))
+    assert (result.last_pass, result.first_failure) == (60, 80)
+
+
+def test_isolated_bad_point_is_noise():
+    result = loss_rule([1e-4, 0.5, 1e-4, 1e-4, 0.3, 0.4])
+    assert result.outcome == "fails_at"
+    assert result.first_failure == 100
+    assert result.value == pytest.approx(crossing(80, 1e-4, 100, 0.3))
+
+
+def test_never_fails_is_a_lower_bound():
+    result = loss_rule([1e-4, 0.5, 1e-3, 1e-4, 1e-4, 1e-4])
+    assert (result.outcome, result.value) == ("never_fails", 120)
+    assert math.isnan(result.first_failure)
+
+
+def test_fails_everywhere_is_an_upper_bound():
+    result = loss_rule([0.5, 0.4, 0.5, 0.5, 0.5, 0.5])
+    assert (result.outcome, result.value, result.first_failure) == ("fails_everywhere", 20, 20)
+
+
+def test_failing_last_point_counts_alone():
+    result = loss_rule([1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 0.2])
+    assert (result.outcome, result.first_failure) == ("fails_at", 120)
+    assert 100 < result.value < 120
+
+
+def test_diverged_point_counts_as_failure():
+    nan_loss = loss_rule([1e-4, 1e-4, 1e-4, None, 0.3, 0.3],
+                         diverged=[False, False, False, True, False, False])
+    assert (nan_loss.outcome, nan_loss.value, nan_loss.first_failure) == ("fails_at", 70, 80)
+    small_loss = loss_rule([1e-4, 1e-4, 1e-5, 1e-5, 1e-5, 1e-5],
+                           diverged=[False, False, True, True, False, False])
+    assert (small_loss.outcome, small_loss.first_failure) == ("fails_at", 60)
+
+
+def test_accuracy_criterion_interpolates_linearly():
+    result = analyze.accuracy_failure(GRID, [1.0, 1.0, 0.995, 0.5, 0.4, 0.4], [False] * 6, 0.99)
+    assert result.outcome == "fails_at"
+    assert result.value == pytest.approx(60 + (0.995 - 0.99) / (0.995 - 0.5) * 20)
+
+
+def test_aggregate_min_max_then_bootstrap():
+    assert analyze.aggregate([70.0, 90.0, 75.0, math.nan]) == (75.0, 70.0, 90.0)
+    values = [60.0, 62.0, 65.0, 70.0, 71.0, 90.0]
+    median, low, high = analyze.aggregate(values)
+    assert median == pytest.approx(67.5)
+    assert 60 < low < median < high < 90  # a bootstrap interval, narrower than min-max
+    assert analyze.aggregate(values) == (median, low, high)  # fixed RNG seed
+    assert all(math.isnan(v) for v in analyze.aggregate([]))
+
+
+def test_canonical_params_and_labels(tmp_path):
+    assert analyze.canonical_params({"nu": 2, "orthogonal": True, "input_scale": 1.0}) == \
+        "input_scale=1,nu=2,orthogonal=true"
+    exp = tmp_path / "x"
+    for params in ({"m": 64, "variant": "hyperbolic"}, {"m": 64, "variant": "trig"},
+                   {"m": 128, "variant": "trig"}):
+        write_run(exp, n_keys=20, loss=1e-4, feature_map="favor", params=params,
+                  d_dot=2 * params["m"])
+    write_run(exp, n_keys=20, loss=1e-4, feature_map="dpfp", params={"nu": 2}, d_dot=256)
+    write_run(exp, n_keys=20, loss=1e-4, feature_map="softmax", d_dot=None)
+    runs, _, _ = analyze.load_runs(exp)
+    assert sorted(runs["label"]) == ["DPFP-2", "FAVOR+ m=128 trig", "FAVOR+ m=64 hyperbolic",
+                                     "FAVOR+ m=64 trig", "softmax"]
+
+
+# --- a store with several seeds, a hole, a diverged and an infeasible point -----------------
+
+def make_store(exp: Path) -> None:
+    """ELU+1 (d_dot 64) over 3 seeds failing between 60 and 80 (seed 2: 80 to 100) with a hole;
+    DPFP-1 (d_dot 128) and DPFP-2 (d_dot 256); softmax never failing; a FAVOR+ run that is all
+    infeasible; a corrupted summary; a run in progress; sweep.json."""
+    for seed in (1, 2, 3):
+        last_good = 80 if seed == 2 else 60
+        losses = {n: 1e-4 if n <= last_good else 0.3 for n in GRID}
+        if seed == 3:
+            del losses[40]  # a hole in the grid
+        write_series(exp, losses, seed=seed)
+        write_series(exp, {n: 1e-5 for n in GRID}, seed=seed, feature_map="softmax", d_dot=None)
+    write_series(exp, {20: 1e-4, 40: 1e-4, 60: 1e-4, 80: 1e-4, 100: 1e-4}, feature_map="dpfp",
+                 params={"nu": 1}, d_dot=128)
+    write_run(exp, n_keys=120, loss=None, feature_map="dpfp", params={"nu": 1}, d_dot=128,
+              status="diverged", reason="loss is nan")
+    write_series(exp, {n: 1e-4 for n in GRID}, feature_map="dpfp", params={"nu": 2}, d_dot=256)
+    write_run(exp, n_keys=20, loss=None, feature_map="favor", params={"m": 64}, d_dot=128,
+              status="infeasible", reason="d_dot unreachable")
+    (exp / "runs" / "zz-corrupt").mkdir()
+    (exp / "runs" / "zz-corrupt" / "summary.json").write_text('{"run_id": "zz-corrupt", ')
+    (exp / "runs" / "zz-in-progress").mkdir()
+    (exp / "sweep.json").write_text(json.dumps({"wall_seconds": 4321.0}))
+
+
+def test_capacity_table_seeds_holes_diverged_infeasible(tmp_path):
+    exp = tmp_path / "x"
+    make_store(exp)
+    runs, missing, corrupted = analyze.load_runs(exp)
+    assert missing == ["zz-in-progress"]
+    assert len(corrupted) == 1 and "zz-corrupt/summary.json" in corrupted[0]
+    seeds = analyze.seed_table(runs, TAU, 0.99)
+    table = analyze.capacity_table(runs, seeds).set_index("label")
+
+    elu = table.loc["ELU+1"]
+    low, high = crossing(60, 1e-4, 80, 0.3), crossing(80, 1e-4, 100, 0.3)
+    assert (elu["outcome"], elu["n_seeds"], elu["predicted_capacity"]) == ("fails_at", 3, 64)
+    assert elu["observed_capacity"] == pytest.approx(low)  # median of (low, high, low)
+    assert (elu["ci_low"], elu["ci_high"]) == pytest.approx((low, high))
+    assert elu["first_failure"] == 80
+    assert elu["ratio"] == pytest.approx(low / 64)
+
+    dpfp1 = table.loc["DPFP-1"]
+    assert (dpfp1["outcome"], dpfp1["first_failure"]) == ("fails_at", 120)
+    assert dpfp1["observed_capacity"] == 110  # diverged at 120: no finite loss, so the midpoint
+    dpfp2 = table.loc["DPFP-2"]
+    assert (dpfp2["outcome"], dpfp2["observed_capacity"]) == ("never_fails", 120)
+    softmax = table.loc["softmax"]
+    assert softmax["outcome"] == "never_fails" and pd.isna(softmax["predicted_capacity"])
+    assert math.isnan(softmax["ratio"])
+    favor = table.loc["FAVOR+ m=64"]
+    assert (favor["outcome"], favor["n_seeds"]) == ("no_data", 0)
+    assert analyze.grid_holes(runs)[:2] == ["DPFP-1, seed 2: n_keys 20, 40, 60, 80, 100, 120",
+                                            "DPFP-1, seed 3: n_keys 20, 40, 60, 80, 100, 120"]
+    assert "ELU+1, seed 3: n_keys 40" in analyze.grid_holes(runs)
+
+
+# --- the command line ------------------------------------------------------------------------
+
+def run_cli(args, cwd: Path, **env):
+    return subprocess.run([sys.executable, "-m", "kernelzoo.analyze", *args], cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(SRC), **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
+    results, cwd = tmp_path / "results", tmp_path / "cwd"
+    exp = results / "x"
+    make_store(exp)
+    cwd.mkdir()
+    corrupt = exp / "runs" / "zz-corrupt" / "summary.json"
+    before = corrupt.read_bytes()
+
+    proc = run_cli(["experiment=x", f"results_dir={results}", "logger=none"], cwd)
+
+    assert proc.returncode == 0, proc.stderr
+    assert list(cwd.iterdir()) == []
+    assert corrupt.read_bytes() == before
+    assert "zz-corrupt/summary.json" in proc.stderr
+    for name in ("runs.parquet", "capacity.csv", "report.md", "loss_vs_keys.png",
+                 "observed_vs_predicted.png", "heatmap_dpfp.png", "curves.png",
+                 "accuracy_vs_keys.png"):
+        assert (exp / name).stat().st_size > 0, name
+    assert (exp / "heatmap_dpfp.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (exp / "heatmap_elu.png").exists()  # one d_dot only
+
+    runs = pd.read_parquet(exp / "runs.parquet")
+    assert len(runs) == (6 + 6 + 5) + 3 * 6 + 6 + 6 + 1
+    with open(exp / "capacity.csv") as f:
+        header = next(csv.reader(f))
+    assert header[:13] == list(analyze.CAPACITY_COLUMNS) == [
+        "feature_map", "params", "d_key", "d_dot", "update_rule", "predicted_capacity", "n_seeds",
+        "observed_capacity", "ci_low", "ci_high", "first_failure", "ratio", "outcome"]
+    assert header[13] == "observed_capacity_acc"
+    capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
+    assert capacity.shape == (5, 18)
+    assert capacity.loc["ELU+1", "observed_capacity"] == pytest.approx(crossing(60, 1e-4, 80, 0.3))
+
+    report = (exp / "report.md").read_text()
+    for needle in ("zz-in-progress", "zz-corrupt/summary.json", "ELU+1, seed 3: n_keys 40",
+                   "d_dot unreachable", "Sweep wall clock: 4321 s",
+                   "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
+                   "first failing n whose next grid point fails too", "![](loss_vs_keys.png)",
+                   "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 |", "ELU+1 1.12 (fails_at)"):
+        assert needle in report, needle
+
+
+def test_cli_rejects_threshold_out_of_range(tmp_path):
+    (tmp_path / "results" / "x" / "runs").mkdir(parents=True)
+    proc = run_cli(["experiment=x", f"results_dir={tmp_path / 'results'}", "threshold=1.5",
+                    "logger=none"], tmp_path)
+    assert proc.returncode == 2
+    assert "threshold=1.5" in proc.stderr and "(0, 1)" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 2 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["experiment=x", "threshold=0"], ["threshold=0", "(0, 1)"]),
+    (["experiment=x", "accuracy_threshold=1"], ["accuracy_threshold=1", "(0, 1)"]),
+    (["experiment=nope"], ["'nope'", "experiments in", "other, x"]),
+    (["experiment=x", "treshold=0.1"], ["'treshold'", "threshold"]),
+    (["experiment=x", "logger=bogus"], ["logger=bogus", "none, wandb"]),
+])
+def test_bad_arguments_exit_2_with_one_line(tmp_path, monkeypatch, capsys, args, needles):
+    for name in ("x", "other"):
+        (tmp_path / "results" / name / "runs").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["kernelzoo-analyze", *args, "results_dir=results"])
+    with pytest.raises(SystemExit) as exit_info:
+        analyze.main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    for needle in needles:
+        assert needle in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+def test_wandb_offline_run_is_written(tmp_path):
+    results = tmp_path / "results"
+    write_series(results / "x", {n: 1e-4 if n <= 60 else 0.3 for n in GRID})
+    proc = run_cli(["experiment=x", f"results_dir={results}"], tmp_path, WANDB_MODE="offline",
+                   WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"),
+                   WANDB_CACHE_DIR=str(tmp_path / "wandb-cache"),
+                   WANDB_DATA_DIR=str(tmp_path / "wandb-data"))
+    assert proc.returncode == 0, proc.stderr
+    offline = list((results / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1
+    assert list(offline[0].glob("*.wandb"))
+    assert (results / "x" / "report.md").exists()
+    assert np.isfinite(pd.read_csv(results / "x" / "capacity.csv")["observed_capacity"]).all()
+
+
+def test_wandb_failure_is_one_warning(tmp_path, monkeypatch, capsys):
+    class BrokenRun:
+        finished = False
+
+        def log(self, metrics, step=None):
+            raise RuntimeError("network down")
+
+        def finish(self, exit_code=0):
+            BrokenRun.finished = True
+
+    monkeypatch.setattr(analyze.tracking, "start",
+                        lambda *args, **kwargs: analyze.tracking.Tracker(BrokenRun()))
+    cfg = analyze.OmegaConf.create({"experiment": "x", "results_dir": str(tmp_path),
+                                    "logger": {"name": "wandb"}})
+    capacity = pd.DataFrame({"label": ["ELU+1"], "observed_capacity": [71.5]})
+    analyze.log_dashboard(cfg, capacity, [])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: wandb logging failed")
+    assert BrokenRun.finished
