@@ -329,6 +329,10 @@ def run(cfg: DictConfig, echo=print) -> dict | None:
     rid = store.run_id(identity, _name_params(identity["feature_map"],
                                               identity["feature_map_params"]))
     path = store.run_dir(cfg.results_dir, cfg.experiment, rid)
+    if cfg.dry_run:
+        echo(f"plan {rid}: d_dot {identity['d_dot']}, "
+             f"{'done' if store.is_done(path) else 'to train'}")
+        return None
     writable(path)
     if store.is_done(path) and not cfg.force:
         try:
@@ -379,6 +383,9 @@ def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo) -> dic
     params = identity["feature_map_params"]
     rid = store.run_id(identity, _name_params(identity["feature_map"], params))
     path = store.run_dir(cfg.results_dir, cfg.experiment, rid)
+    if cfg.dry_run:
+        echo(f"infeasible {rid}: {reason}")
+        return None
     writable(path)
     if store.is_done(path) and not cfg.force:
         echo(f"skip {rid}: done (infeasible)")
