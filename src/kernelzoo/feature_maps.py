@@ -79,6 +79,18 @@ class FeatureMap(nn.Module):
     def forward(self, x, is_query=False):
         raise NotImplementedError
 
+    def scores(self, k, q, normalise=False, eps=1e-6, key_eps=0.0):
+        """phi(k_l) . phi(q_j) for the keys k (B, L, d_key) and queries q (B, Q, d_key) of each
+        batch element: (B, L, Q), what the sum rule reads without building its state. With
+        normalise=True both sides are sum-normalised first (§7.2): phi(k) / (sum phi(k) + key_eps)
+        and phi(q) / (sum phi(q) + eps). This default builds the features; a map may override it
+        with a cheaper computation of the same numbers (DPFP does, for one query)."""
+        fk, fq = self(k), self(q, is_query=True)
+        if normalise:
+            fk = fk / (fk.sum(-1, keepdim=True) + key_eps)
+            fq = fq / (fq.sum(-1, keepdim=True) + eps)
+        return batched_dot(fk, fq)
+
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
         """Full constructor kwargs (including d_key) that give this map d_dot, or InfeasibleError."""
@@ -170,8 +182,23 @@ class DPFP(FeatureMap):
         self.nu = nu
 
     def forward(self, x, is_query=False):
-        r = torch.relu(torch.cat([x, -x], dim=-1))
+        r = _relu_pm(x)
         return torch.cat([r * torch.roll(r, -s, dims=-1) for s in range(1, self.nu + 1)], dim=-1)
+
+    def scores(self, k, q, normalise=False, eps=1e-6, key_eps=0.0):
+        """For one query (training) the kernel trick: with u = r(k) * r(q),
+        phi(k) . phi(q) = sum_s sum_i u_i u_(i+s) and sum phi(k) = sum_s sum_i r_i r_(i+s), so
+        the 2 d_key nu features are never built (_DPFPScores). For many queries (evaluation) one
+        matmul of the explicit features is cheaper."""
+        if q.shape[-2] != 1:
+            return super().scores(k, q, normalise, eps, key_eps)
+        rq = _relu_pm(q)
+        s = _DPFPScores.apply(k, rq, self.nu)
+        if normalise:
+            sum_k = _DPFPScores.apply(k, torch.ones_like(rq), self.nu)
+            sum_q = (rq * _window(rq, self.nu)).sum(-1, keepdim=True)
+            s = s / ((sum_k + key_eps) * (sum_q + eps))
+        return s
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
@@ -215,6 +242,95 @@ def _derive(name, params, key, value, d_dot):
         f"{name}: {key}={params.get(key)!r} contradicts d_dot={d_dot} (which needs {key}={value})",
     )
     return {**params, key: value}
+
+
+# ------------------------------------------------------------------- fast paths (same numbers)
+
+
+class _BatchedDot(torch.autograd.Function):
+    """a @ b^T for a (B, L, D), b (B, Q, D) -> (B, L, Q). The backward is autograd's but in the
+    fast orientation: bmm's own backward forms grad_b as a^T @ grad, for Q = 1 a transposed
+    batched matrix-vector product several times slower on the CPU than grad^T @ a."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a @ b.transpose(-1, -2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        grad_a = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_a = grad * b if b.shape[-2] == 1 else grad @ b
+        if ctx.needs_input_grad[1]:
+            grad_b = grad.transpose(-1, -2) @ a
+        return grad_a, grad_b
+
+
+def batched_dot(a, b):
+    """a @ b^T over the last two dims, a (B, L, D) and b (B, Q, D) -> (B, L, Q)."""
+    return _BatchedDot.apply(a, b)
+
+
+def _relu_pm(x):
+    """relu([x, -x]) over the last dim: the 2 d_key-vector r of DPFP (§6.3)."""
+    return torch.relu(torch.cat([x, -x], dim=-1))
+
+
+def _window(u, nu, both_sides=False):
+    """w_i = sum_{s=1..nu} u_(i+s), indices mod u's last dim n (nu < n); both_sides=True adds
+    sum_s u_(i-s), the derivative of sum_s sum_i u_i u_(i+s) with respect to u_i."""
+    n = u.shape[-1]
+    if both_sides:
+        padded = torch.cat([u[..., n - nu:], u, u[..., :nu]], dim=-1)
+        shifts = [nu + s for s in range(1, nu + 1)] + [nu - s for s in range(1, nu + 1)]
+    else:
+        padded = torch.cat([u, u[..., :nu]], dim=-1)
+        shifts = range(1, nu + 1)
+    w = None
+    for s in shifts:
+        w = padded[..., s:s + n] if w is None else w + padded[..., s:s + n]
+    return w
+
+
+def _batch_slices(x, elements=1 << 17):
+    """Slices of x's first dim with about `elements` entries each on the CPU, so that the
+    intermediates of a slice stay in cache (one slice on other devices)."""
+    step = x.shape[0] if x.device.type != "cpu" else max(1, elements // max(1, x[:1].numel()))
+    return [slice(i, i + step) for i in range(0, x.shape[0], step)]
+
+
+class _DPFPScores(torch.autograd.Function):
+    """s_l = sum_{s=1..nu} sum_i u_i u_(i+s), u = relu([k_l, -k_l]) * w: for keys k (B, L, d_key)
+    and weights w (B, 1, 2 d_key), s (B, L, 1) is phi(k_l) . phi(q) for w = relu([q, -q]) and
+    sum_i phi(k_l)_i for w = 1 (DPFP, §6.3). Nothing nu times wider than k is built, and on the
+    CPU the batch is processed in slices that fit in cache; the backward recomputes u."""
+
+    @staticmethod
+    def forward(ctx, k, w, nu):
+        ctx.save_for_backward(k, w)
+        ctx.nu = nu
+        out = k.new_empty(k.shape[:-1] + (1,))
+        for b in _batch_slices(k):
+            u = _relu_pm(k[b]) * w[b]
+            torch.sum(u * _window(u, nu), dim=-1, keepdim=True, out=out[b])
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        k, w = ctx.saved_tensors
+        d = k.shape[-1]
+        grad_k = torch.empty_like(k)
+        grad_w = torch.empty_like(w) if ctx.needs_input_grad[1] else None
+        for b in _batch_slices(k):
+            r = _relu_pm(k[b])
+            grad_u = grad[b] * _window(r * w[b], ctx.nu, both_sides=True)  # d s / d u
+            if grad_w is not None:
+                torch.sum(grad_u * r, dim=1, keepdim=True, out=grad_w[b])
+            grad_r = torch.where(r > 0, grad_u * w[b], 0.0)  # relu'(x) = [x > 0], as autograd's
+            torch.sub(grad_r[..., :d], grad_r[..., d:], out=grad_k[b])
+        return grad_k, grad_w, None
 
 
 # ------------------------------------------------------------------------ random projections

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import memory
-from .feature_maps import FeatureMap
+from .feature_maps import FeatureMap, batched_dot
 
 
 class RetrievalModel(nn.Module):
@@ -53,31 +53,30 @@ class RetrievalModel(nn.Module):
         S = self.n_keys
         table = self.embedding.weight[:S]  # key rows only
         w_val, w_emb = self.W_k.weight[:, :S], self.W_k.weight[:, S:]
-        k = (table @ w_emb.T)[keys] + w_val.T[values] + self.W_k.bias
+        k = _gather(table @ w_emb.T, keys) + _gather(w_val.T, values) + self.W_k.bias
         q = F.linear(self.embedding(query), self.W_q.weight, self.W_q.bias)
         beta = None
         if self.W_beta is not None:
             w = self.W_beta.weight[0]
-            beta = torch.sigmoid((table @ w[S:])[keys] + w[:S][values] + self.W_beta.bias)
+            beta = torch.sigmoid(_gather(table @ w[S:], keys) + _gather(w[:S], values)
+                                 + self.W_beta.bias)
         return k, q, beta
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor):
         """Outputs y (B, Q, S) for query keys (B, Q) after the sequence (keys, values) (B, L)."""
         k, q, beta = self.keys_and_query(keys, values, query)
         if self.softmax:
-            scores = torch.softmax(k @ q.transpose(1, 2) / math.sqrt(self.d_key), dim=1)
+            scores = torch.softmax(batched_dot(k, q) / math.sqrt(self.d_key), dim=1)
             return self._scatter(scores, values)
         self.phi.maybe_redraw()  # one projection shared by keys and query in this pass
-        fk, fq = self.phi(k), self.phi(q, is_query=True)
         if self.update_rule != "sum":
+            fk, fq = self.phi(k), self.phi(q, is_query=True)
             v = F.one_hot(values, self.n_keys).to(fk.dtype)
             return memory.read(fk, v, fq, update_rule=self.update_rule,
                                normalisation=self.normalisation, beta=beta, eps=self.eps,
                                key_eps=self.key_eps, chunk_size=self.chunk_size)
-        if self.normalisation == "sum":
-            fk = fk / (fk.sum(-1, keepdim=True) + self.key_eps)
-            fq = fq / (fq.sum(-1, keepdim=True) + self.eps)
-        scores = fk @ fq.transpose(1, 2)  # (B, L, Q): φ(k_l)·φ(q)
+        scores = self.phi.scores(k, q, normalise=self.normalisation == "sum", eps=self.eps,
+                                 key_eps=self.key_eps)  # (B, L, Q): φ(k_l)·φ(q)
         y = self._scatter(scores, values)
         if self.normalisation == "attention":
             y = y / (scores.sum(dim=1).unsqueeze(-1) + self.eps)
@@ -89,6 +88,11 @@ class RetrievalModel(nn.Module):
         index = values.unsqueeze(1).expand(B, Q, L)
         out = scores.new_zeros(B, Q, self.n_keys)
         return out.scatter_add(2, index, scores.transpose(1, 2))
+
+
+def _gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """table[index] through index_select, whose backward (index_add) is faster than indexing's."""
+    return table.index_select(0, index.reshape(-1)).view(*index.shape, *table.shape[1:])
 
 
 def retrieval_loss(y: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None):

@@ -11,6 +11,7 @@ Everything is plain text (YAML, CSV, JSON): reading results never executes code.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -55,6 +56,44 @@ def run_id(identity: dict, params_in_name: dict) -> str:
     name = (f"{identity['feature_map']}{params}-dkey{identity['d_key']}-S{identity['n_keys']}"
             f"-{identity['memory']['update_rule']}-seed{identity['seed']}-{digest}")
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+@functools.lru_cache(maxsize=1)
+def _conf_digest() -> str:
+    """Digest of every config file (conf/, experiments/) and the version: a change invalidates
+    the point index below."""
+    from . import __version__
+
+    root = Path(__file__).resolve().parents[2]
+    h = hashlib.sha1(__version__.encode())
+    for base in ("conf", "experiments"):
+        for f in sorted((root / base).rglob("*.yaml")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _point_file(results_dir, experiment: str, overrides: list[str]) -> Path:
+    key = hashlib.sha1(json.dumps([_conf_digest(), sorted(overrides)]).encode()).hexdigest()
+    return experiment_dir(results_dir, experiment) / "index" / key[:16]
+
+
+def index_point(results_dir, experiment: str, overrides: list[str], rid: str) -> None:
+    """Remember which run a sweep point (its command-line overrides) resolved to."""
+    atomic_write_text(_point_file(results_dir, experiment, overrides), rid + "\n")
+
+
+def point_done(results_dir, experiment: str, overrides: list[str]) -> bool:
+    """True when this exact point, under the current configs, names a finished run.
+
+    Lets a rerun of a finished sweep skip its points in milliseconds instead of composing each
+    config; a point not in the index simply goes through the normal path.
+    """
+    file = _point_file(results_dir, experiment, overrides)
+    if not file.is_file():
+        return False
+    rid = file.read_text().strip()
+    return is_done(run_dir(results_dir, experiment, rid))
 
 
 def experiment_dir(results_dir: str | Path, experiment: str) -> Path:

@@ -155,7 +155,8 @@ def plan(cfg: DictConfig) -> dict:
         _check(getattr(tr, key) >= 1, f"trainer.{key}={getattr(tr, key)} must be >= 1")
     _check(tr.dtype in ("float32", "float64"),
            f"trainer.dtype={tr.dtype!r} is unknown; valid: float32, float64")
-    _check(tr.progress in ("auto", "true", "false", True, False),
+    tr.progress = str(tr.progress).lower()
+    _check(tr.progress in ("auto", "true", "false"),
            f"trainer.progress={tr.progress!r}; valid: auto, true, false")
     _check(cfg.logger.name in ("wandb", "none"),
            f"logger.name={cfg.logger.name!r} is unknown; valid: wandb, none")
@@ -192,7 +193,7 @@ def _name_params(feature_map: str, params: dict) -> dict:
     return {k: params[k] for k in shown if k in params}
 
 
-def raw_identity(cfg: DictConfig, reason: str) -> dict:
+def raw_identity(cfg: DictConfig) -> dict:
     """Identity of a point that could not be planned (for its infeasible record)."""
     fm = OmegaConf.to_container(cfg.feature_map, resolve=True)
     name = fm.pop("name", "?")
@@ -257,7 +258,7 @@ def fit(cfg: DictConfig, p: dict, rid: str, path, tracker: tracking.Tracker, ech
     opt = torch.optim.Adam(model.parameters(), lr=tr.lr)
     window = torch.zeros(tr.eval_every, device=device, dtype=dtype)
     curve = store.CurveWriter(path)
-    show = sys.stderr.isatty() if tr.progress == "auto" else tr.progress in ("true", True)
+    show = sys.stderr.isatty() if tr.progress == "auto" else tr.progress == "true"
     bar = tqdm(total=tr.max_steps, desc=rid[:40], disable=not show, leave=False, unit="step")
     best, since_best, status, reason = math.inf, 0, "max_steps", None
     eval_loss = accuracy = math.nan
@@ -314,17 +315,17 @@ def fit(cfg: DictConfig, p: dict, rid: str, path, tracker: tracking.Tracker, ech
             "device": str(device)}
 
 
-def run(cfg: DictConfig, echo=print) -> dict | None:
-    """Plan, skip or claim, train, store one run; return its summary (None when skipped)."""
+def run(cfg: DictConfig, echo=print) -> tuple[str, dict | None]:
+    """Plan, skip or claim, train, store one run: (run_id, summary or None when skipped)."""
     in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         p = plan(cfg)
     except UsageError as err:
         if not in_sweep:
             raise
-        return record_infeasible(cfg, raw_identity(cfg, str(err)), str(err), echo)
+        return record_infeasible(cfg, raw_identity(cfg), str(err), echo)
     except InfeasibleError as err:
-        return record_infeasible(cfg, raw_identity(cfg, str(err)), str(err), echo)
+        return record_infeasible(cfg, raw_identity(cfg), str(err), echo)
     identity = p["identity"]
     rid = store.run_id(identity, _name_params(identity["feature_map"],
                                               identity["feature_map_params"]))
@@ -332,21 +333,21 @@ def run(cfg: DictConfig, echo=print) -> dict | None:
     if cfg.dry_run:
         echo(f"plan {rid}: d_dot {identity['d_dot']}, "
              f"{'done' if store.is_done(path) else 'to train'}")
-        return None
+        return rid, None
     writable(path)
     if store.is_done(path) and not cfg.force:
         try:
             summary = store.read_summary(path)
         except store.StoreError as err:
             raise UsageError(f"{err}; remove it or rerun with force=true") from None
-        echo(f"skip {rid}: done ({summary['status']}); force=true reruns it")
-        return None
+        echo(f"skip {rid}: already finished ({summary['status']}); force=true reruns it")
+        return rid, None
     with store.Claim(path) as claimed:
         if not claimed:
             echo(f"skip {rid}: another worker is running it")
-            return None
+            return rid, None
         store.reset(path)
-        return train_claimed(cfg, p, identity, rid, path, echo)
+        return rid, train_claimed(cfg, p, identity, rid, path, echo)
 
 
 def train_claimed(cfg, p, identity, rid, path, echo) -> dict:
@@ -379,24 +380,24 @@ def train_claimed(cfg, p, identity, rid, path, echo) -> dict:
     return summary
 
 
-def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo) -> dict | None:
+def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
     params = identity["feature_map_params"]
     rid = store.run_id(identity, _name_params(identity["feature_map"], params))
     path = store.run_dir(cfg.results_dir, cfg.experiment, rid)
     if cfg.dry_run:
         echo(f"infeasible {rid}: {reason}")
-        return None
+        return rid, None
     writable(path)
     if store.is_done(path) and not cfg.force:
-        echo(f"skip {rid}: done (infeasible)")
-        return None
+        echo(f"skip {rid}: already recorded infeasible")
+        return rid, None
     summary = base_summary(cfg, identity, rid)
     summary.update(status="infeasible", reason=reason)
     with store.Claim(path) as claimed:
         if claimed:
             store.write_summary(path, summary)
     echo(f"infeasible {rid}: {reason}")
-    return summary
+    return rid, summary
 
 
 def writable(path) -> None:
@@ -418,7 +419,7 @@ def main(cfg: DictConfig) -> str | None:
     """Entry point; returns the run's status (None when skipped) for the sweep's totals."""
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        summary = run(cfg)
+        rid, summary = run(cfg)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -430,6 +431,8 @@ def main(cfg: DictConfig) -> str | None:
         print(f"failed: {type(err).__name__}: {err} (traceback in "
               f"{HydraConfig.get().runtime.output_dir})", file=sys.stderr)
         return "failed"
+    if in_sweep:
+        store.index_point(cfg.results_dir, cfg.experiment, HydraConfig.get().overrides.task, rid)
     return summary["status"] if summary else None
 
 

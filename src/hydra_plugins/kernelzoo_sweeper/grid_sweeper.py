@@ -20,7 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from omegaconf import OmegaConf
 
-from kernelzoo.store import atomic_write_text
+from kernelzoo.store import atomic_write_text, point_done
 
 
 class GridSweeper(BasicSweeper):
@@ -28,30 +28,43 @@ class GridSweeper(BasicSweeper):
         super().__init__(max_batch_size=max_batch_size, params=params or {})
         self.grids = list(grids or [{}])
 
-    def _points(self, arguments: list[str]) -> list[list[str]]:
+    def _points(self, arguments: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+        """All points of the union of grids, and the first point of each grid."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        points, seen = [], set()
+        points, firsts, seen = [], [], set()
         for grid in self.grids:
             params = [f"{k}={v}" for k, v in {**self.params, **grid}.items()] + list(arguments)
-            for point in self.split_arguments(parser.parse_overrides(params), None)[0]:
+            grid_points = self.split_arguments(parser.parse_overrides(params), None)[0]
+            firsts.append(grid_points[0])
+            for point in grid_points:
                 if tuple(point) not in seen:
                     seen.add(tuple(point))
                     points.append(point)
-        return points
+        return points, firsts
+
+    def _finished(self, point: list[str]) -> bool:
+        """Known finished without composing its config: the store's index names a done run."""
+        if self.config.force or self.config.dry_run:
+            return False
+        return point_done(self.config.results_dir, self.config.experiment, point)
 
     def sweep(self, arguments: list[str]):
         start = time.time()
-        points = self._points(arguments)
-        self.overrides = list(self.split_overrides_to_chunks(points, self.max_batch_size))
+        points, firsts = self._points(arguments)
+        # a typo in a grid fails here, before anything trains; each point is checked again
+        # when it is composed for its job
+        self.validate_batch_is_legal(firsts)
+        todo = [p for p in points if not self._finished(p)]
+        self.overrides = list(self.split_overrides_to_chunks(todo, self.max_batch_size)) if todo else []
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        outcomes: Counter = Counter()
+        outcomes: Counter = Counter({"skipped": len(points) - len(todo)})
         returns, first = [], 0
-        print(f"sweep {self.config.experiment}: {len(points)} points")
+        print(f"sweep {self.config.experiment}: {len(points)} points, "
+              f"{len(points) - len(todo)} already done")
         while not self.is_done():
             batch = self.get_job_batch()
-            self.validate_batch_is_legal(batch)
             results = self.launcher.launch(batch, initial_job_idx=first)
             for r in results:
                 if r.status == JobStatus.COMPLETED:

@@ -1,0 +1,172 @@
+"""One run end to end: the CLI, the results store, skipping, run ids, wandb mode."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from kernelzoo import store, tracking
+from kernelzoo.train import CONF, plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, env=None, timeout=300):
+    full_env = {**os.environ, "WANDB_SILENT": "true", **(env or {})}
+    full_env.setdefault("WANDB_MODE", "disabled")
+    return subprocess.run([sys.executable, "-m", "kernelzoo.train", *args], cwd=ROOT,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_dirs(results, experiment="adhoc"):
+    return sorted((Path(results) / experiment / "runs").iterdir())
+
+
+def composed(*overrides):
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_elu_20_keys_converges_and_writes_a_complete_store_entry(tmp_path):
+    env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    res = cli("feature_map=elu", "n_keys=20", f"results_dir={tmp_path}", "trainer.threads=1",
+              env=env)
+    assert res.returncode == 0, res.stderr
+    (path,) = run_dirs(tmp_path)
+    summary = store.read_summary(path)
+    assert summary["status"] == "converged"
+    assert summary["final_eval_loss"] <= 1e-3
+    assert summary["final_eval_accuracy"] == 1.0
+    assert summary["feature_map"] == "elu" and summary["d_dot"] == 64
+    assert summary["predicted_capacity"] == 64 and summary["n_keys"] == 20
+    assert summary["seq_len"] == 20 and summary["update_rule"] == "sum"
+    assert summary["steps"] % 100 == 0 and summary["steps"] == summary["steps"]
+    assert set(store.SUMMARY_KEYS) <= set(summary)
+    assert path.name == summary["run_id"] and path.name.startswith("elu-dkey64-S20-sum-seed1-")
+    lines = (path / "curve.csv").read_text().splitlines()
+    assert lines[0] == "step,train_loss,eval_loss,eval_accuracy"
+    assert len(lines) - 1 == summary["steps"] // 100
+    assert float(lines[-1].split(",")[2]) == pytest.approx(summary["final_eval_loss"], rel=1e-4)
+    assert "n_keys: 20" in (path / "config.yaml").read_text()
+    offline = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1, "one offline wandb run under the results directory"
+    assert "wandb: offline" in res.stdout
+
+
+def test_finished_run_is_skipped_and_force_reruns_it(tmp_path):
+    args = ("feature_map=elu", "n_keys=4", "d_key=8", "trainer=smoke",
+            "trainer.max_steps=100", f"results_dir={tmp_path}", "logger=none")
+    assert cli(*args).returncode == 0
+    (path,) = run_dirs(tmp_path)
+    first = (path / "summary.json").stat().st_mtime_ns
+    again = cli(*args)
+    assert again.returncode == 0 and "skip " in again.stdout and "\ndone " not in "\n" + again.stdout
+    assert (path / "summary.json").stat().st_mtime_ns == first
+    forced = cli(*args, "force=true")
+    assert forced.returncode == 0 and "done " in forced.stdout
+    assert (path / "summary.json").stat().st_mtime_ns != first
+
+
+def test_run_directory_without_summary_is_redone_from_scratch(tmp_path):
+    args = ("feature_map=elu", "n_keys=4", "d_key=8", "trainer=smoke",
+            "trainer.max_steps=100", f"results_dir={tmp_path}", "logger=none")
+    assert cli(*args).returncode == 0
+    (path,) = run_dirs(tmp_path)
+    (path / "summary.json").unlink()
+    (path / "curve.csv").write_text("garbage from a killed attempt\n")
+    (path / "stale.tmp").write_text("x")
+    res = cli(*args)
+    assert res.returncode == 0 and "done " in res.stdout
+    assert store.read_summary(path)["status"] in store.STATUSES
+    assert not (path / "stale.tmp").exists()
+    assert (path / "curve.csv").read_text().startswith("step,")
+
+
+def test_infeasible_d_dot_is_recorded_with_its_reason_and_exit_0(tmp_path):
+    res = cli("feature_map=dpfp", "d_dot=100", f"results_dir={tmp_path}", "logger=none")
+    assert res.returncode == 0
+    (path,) = run_dirs(tmp_path)
+    summary = store.read_summary(path)
+    assert summary["status"] == "infeasible" and "d_dot=100" in summary["reason"]
+    assert summary["steps"] == 0 and not (path / "curve.csv").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("feature_map=dpfp", "feature_map.nu=0"), "nu"),
+    (("n_keys=0",), "n_keys=0"),
+    (("trainer.device=quantum",), "quantum"),
+    (("memory.update_rule=magic",), "magic"),
+])
+def test_rejected_config_exits_2_with_one_short_line(tmp_path, args, needle):
+    res = cli(*args, f"results_dir={tmp_path}", "logger=none")
+    assert res.returncode == 2
+    assert needle in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) <= 2
+    assert not (tmp_path / "adhoc" / "runs").exists(), "nothing trained or recorded"
+
+
+def test_unknown_key_is_an_error_not_ignored(tmp_path):
+    res = cli("trainer.lrr=0.1", f"results_dir={tmp_path}", "logger=none")
+    assert res.returncode != 0 and "lrr" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_run_id_depends_on_the_experiment_not_on_logging_or_threads():
+    base = ("feature_map=dpfp", "feature_map.nu=2", "n_keys=260")
+    ids = {}
+    for extra in [(), ("logger=none",), ("trainer.threads=1",), ("trainer.progress=false",),
+                  ("seed=2",), ("trainer.lr=0.01",), ("feature_map.nu=3",)]:
+        p = plan(composed(*base, *extra))
+        ids[extra] = store.run_id(p["identity"], {"nu": p["phi"].params["nu"]})
+    same = {ids[()], ids[("logger=none",)], ids[("trainer.threads=1",)],
+            ids[("trainer.progress=false",)]}
+    assert len(same) == 1
+    assert ids[()].startswith("dpfp-nu2-dkey64-S260-sum-seed1-")
+    assert len({ids[()], ids[("seed=2",)], ids[("trainer.lr=0.01",)],
+                ids[("feature_map.nu=3",)]}) == 4
+
+
+def test_d_dot_resolves_the_feature_map_parameters():
+    p = plan(composed("feature_map=dpfp", "d_dot=384"))
+    assert p["phi"].params["nu"] == 3 and p["identity"]["d_dot"] == 384
+    p = plan(composed("feature_map=elu", "d_dot=32"))
+    assert p["phi"].d_key == 32 and p["identity"]["d_key"] == 32
+
+
+def test_wandb_mode_follows_env_then_login_then_offline(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert tracking.resolve_mode()[0] == "disabled"
+    monkeypatch.delenv("WANDB_MODE")
+    assert tracking.resolve_mode()[0] == "offline"
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "a" * 40)
+    assert tracking.resolve_mode()[0] == "online"
+
+
+def test_store_summary_is_json_and_rejects_corruption(tmp_path):
+    summary = {k: None for k in store.SUMMARY_KEYS}
+    summary.update(status="converged", final_eval_loss=float("nan"), best_eval_loss=float("inf"))
+    store.write_summary(tmp_path, summary)
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["final_eval_loss"] is None and data["best_eval_loss"] == "inf"
+    (tmp_path / "summary.json").write_text('{"status": "conv')
+    with pytest.raises(store.StoreError, match="summary.json"):
+        store.read_summary(tmp_path)
+
+
+@pytest.mark.slow
+def test_published_capacity_dpfp1_60_converges_elu_120_does_not(tmp_path):
+    """The issue's acceptance check at d_key 64 (minutes on a CPU)."""
+    res = cli("-m", "feature_map=dpfp", "n_keys=60", f"results_dir={tmp_path}", "logger=none",
+              timeout=3600)
+    assert res.returncode == 0
+    res = cli("feature_map=elu", "n_keys=120", f"results_dir={tmp_path}", "logger=none",
+              timeout=3600)
+    assert res.returncode == 0
+    by_map = {s["feature_map"]: s for s in map(store.read_summary, run_dirs(tmp_path))}
+    assert by_map["dpfp"]["status"] == "converged"
+    assert by_map["elu"]["status"] != "converged" and by_map["elu"]["final_eval_loss"] > 1e-2
