@@ -96,7 +96,8 @@ def start(
             dir=str(wandb_dir),
             mode=mode,
             reinit="finish_previous",
-            settings=wandb.Settings(silent=True, console="off", init_timeout=30),
+            settings=wandb.Settings(silent=True, console="off",
+                                    init_timeout=float(os.environ.get("WANDB_INIT_TIMEOUT", 30))),
         )
     except Exception as err:  # wandb must never cost a run: the local store is complete anyway
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""

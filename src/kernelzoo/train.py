@@ -414,8 +414,31 @@ def writable(path) -> None:
 CONF = str(Path(__file__).resolve().parents[2] / "conf")  # the repo's conf/
 
 
+GROUPS = ("feature_map", "memory", "task", "trainer", "logger", "launcher")
+
+
+def check_choices(argv: list[str]) -> None:
+    """Unknown config-group options get one line (Hydra's own message lists its search path)."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key not in GROUPS or not value:
+            continue
+        valid = sorted(p.stem for p in (Path(CONF) / key).glob("*.yaml"))
+        for choice in value.strip("[]").split(","):
+            if choice and choice not in valid:
+                print(f"error: {key}={choice} is unknown; valid: {', '.join(valid)}",
+                      file=sys.stderr)
+                sys.exit(2)
+
+
+def main() -> None:
+    """Console entry point (``kernelzoo-train``); also what ``kernelzoo.sweep`` starts."""
+    check_choices(sys.argv[1:])
+    _app()
+
+
 @hydra.main(config_path=CONF, config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> str | None:
+def _app(cfg: DictConfig) -> str | None:
     """Entry point; returns the run's status (None when skipped) for the sweep's totals."""
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
