@@ -92,8 +92,11 @@ def point_done(results_dir, experiment: str, overrides: list[str]) -> bool:
     file = _point_file(results_dir, experiment, overrides)
     if not file.is_file():
         return False
-    rid = file.read_text().strip()
-    return is_done(run_dir(results_dir, experiment, rid))
+    try:
+        read_summary(run_dir(results_dir, experiment, file.read_text().strip()))
+    except StoreError:
+        return False  # missing or corrupted: the point's own job reports it
+    return True
 
 
 def experiment_dir(results_dir: str | Path, experiment: str) -> Path:

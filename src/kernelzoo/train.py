@@ -73,6 +73,8 @@ class LoggerConf:
     entity: str | None = None
 
 
+TOP_LEVEL = {"feature_map", "memory", "task", "trainer", "logger", "n_keys", "d_key", "d_dot",
+             "seed", "results_dir", "experiment", "force", "dry_run"}
 SCHEMAS = {"task": TaskConf, "memory": MemoryConf, "trainer": TrainerConf, "logger": LoggerConf}
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress")}  # how, not what, is computed
 
@@ -86,6 +88,8 @@ def threads_per_job(n_jobs) -> int:
 
 if not OmegaConf.has_resolver("threads_per_job"):  # used by conf/launcher/local.yaml
     OmegaConf.register_new_resolver("threads_per_job", threads_per_job)
+if not OmegaConf.has_resolver("pid"):  # keeps log directories of simultaneous sweeps apart
+    OmegaConf.register_new_resolver("pid", os.getpid)
 
 
 class UsageError(Exception):
@@ -131,6 +135,10 @@ def plan(cfg: DictConfig) -> dict:
                                                                cfg[group]))
         except OmegaConfBaseException as err:
             raise UsageError(f"{group}: {str(err).splitlines()[0]}") from None
+    unknown = sorted(set(cfg) - TOP_LEVEL)
+    _check(not unknown, f"unknown option {', '.join(unknown)}; valid: {', '.join(sorted(TOP_LEVEL))}")
+    _check(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool),
+           f"seed={cfg.seed!r} is invalid: it must be an integer")
     task, mem, tr = parts["task"], parts["memory"], parts["trainer"]
     S, d_key = cfg.n_keys, cfg.d_key
     _check(isinstance(S, int) and S >= 1, f"n_keys={S} is invalid: it must be an integer >= 1")
@@ -165,6 +173,7 @@ def plan(cfg: DictConfig) -> dict:
     fm = OmegaConf.to_container(cfg.feature_map, resolve=True)
     name = fm.pop("name")
     d_dot = cfg.d_dot
+    torch.manual_seed(cfg.seed)  # a random map draws its first projection here
     try:
         if d_dot is not None:
             kwargs = resolve_params(name, d_key=d_key, d_dot=d_dot, **fm)
@@ -190,7 +199,7 @@ def plan(cfg: DictConfig) -> dict:
 def _name_params(feature_map: str, params: dict) -> dict:
     """The feature-map parameters worth showing in a run id."""
     shown = {"dpfp": ("nu",), "favor": ("m", "variant"), "trig": ("m",)}.get(feature_map, ())
-    return {k: params[k] for k in shown if k in params}
+    return {k: params[k] for k in shown if params.get(k) is not None}
 
 
 def raw_identity(cfg: DictConfig) -> dict:
@@ -346,6 +355,9 @@ def run(cfg: DictConfig, echo=print) -> tuple[str, dict | None]:
         if not claimed:
             echo(f"skip {rid}: another worker is running it")
             return rid, None
+        if store.is_done(path) and not cfg.force:  # finished by another worker meanwhile
+            echo(f"skip {rid}: finished by another worker")
+            return rid, None
         store.reset(path)
         return rid, train_claimed(cfg, p, identity, rid, path, echo)
 
@@ -394,13 +406,13 @@ def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
     summary = base_summary(cfg, identity, rid)
     summary.update(status="infeasible", reason=reason)
     with store.Claim(path) as claimed:
-        if claimed:
+        if claimed and (cfg.force or not store.is_done(path)):
             store.write_summary(path, summary)
     echo(f"infeasible {rid}: {reason}")
     return rid, summary
 
 
-def writable(path) -> None:
+def writable(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".write-test"
@@ -431,9 +443,20 @@ def check_choices(argv: list[str]) -> None:
                 sys.exit(2)
 
 
+def check_results_dir(argv: list[str]) -> None:
+    """An unwritable results_dir fails with one line before Hydra makes its log directory."""
+    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("results_dir=")]
+    try:
+        writable(Path(given[-1] if given else "results"))
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main() -> None:
     """Console entry point (``kernelzoo-train``); also what ``kernelzoo.sweep`` starts."""
     check_choices(sys.argv[1:])
+    check_results_dir(sys.argv[1:])
     _app()
 
 
@@ -444,7 +467,9 @@ def _app(cfg: DictConfig) -> str | None:
     try:
         rid, summary = run(cfg)
     except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{'failed' if in_sweep else 'error'}: {err}", file=sys.stderr)
+        if in_sweep:  # e.g. a corrupted summary: the other points still run
+            return "failed"
         sys.exit(2)
     except Exception as err:
         if not in_sweep:
@@ -454,7 +479,7 @@ def _app(cfg: DictConfig) -> str | None:
         print(f"failed: {type(err).__name__}: {err} (traceback in "
               f"{HydraConfig.get().runtime.output_dir})", file=sys.stderr)
         return "failed"
-    if in_sweep:
+    if in_sweep and not cfg.dry_run:
         store.index_point(cfg.results_dir, cfg.experiment, HydraConfig.get().overrides.task, rid)
     return summary["status"] if summary else None
 

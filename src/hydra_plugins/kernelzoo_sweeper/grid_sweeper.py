@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from filelock import FileLock
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
@@ -77,11 +78,16 @@ class GridSweeper(BasicSweeper):
         order = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
         line = ", ".join(f"{k} {outcomes[k]}" for k in order if outcomes[k])
         print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: {line or 'nothing'}")
-        self._record(points, outcomes, start, wall)
+        if not self.config.dry_run:
+            self._record(points, outcomes, start, wall)
         return returns
 
     def _record(self, points, outcomes, start, wall) -> None:
         path = Path(self.config.results_dir) / self.config.experiment / "sweep.json"
+        with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
+            self._append(path, points, outcomes, start, wall)
+
+    def _append(self, path, points, outcomes, start, wall) -> None:
         history = json.loads(path.read_text()) if path.is_file() else {"invocations": []}
         history["invocations"].append({
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
