@@ -8,6 +8,10 @@ memory it feeds (reference §2.2: at most d_dot non-interfering associations). R
     phi = build_feature_map("favor", d_key=64, d_dot=128)  # m resolved from d_dot: m == 128
     phi.maybe_redraw()                                     # once per model forward
     k, q = phi(keys), phi(query, is_query=True)            # (..., d_key) -> (..., d_dot)
+    s = phi.scores(keys, query)                            # (B, Q, L): phi(q_j) . phi(k_l)
+
+`scores` is what the sum rule reads; DPFP and FAVOR+ compute it without materialising all the
+features at once (same numbers; see "fast paths").
 
 Random maps (favor, trig) hold their projection Omega (m, d_key) as a buffer; `maybe_redraw`
 applies the redraw policy, and the caller must apply phi to keys AND queries between two calls
@@ -80,8 +84,8 @@ class FeatureMap(nn.Module):
         raise NotImplementedError
 
     def scores(self, k, q, normalise=False, eps=1e-6, key_eps=0.0):
-        """phi(k_l) . phi(q_j) for the keys k (B, L, d_key) and queries q (B, Q, d_key) of each
-        batch element: (B, L, Q), what the sum rule reads without building its state. With
+        """phi(q_j) . phi(k_l) for the keys k (B, L, d_key) and queries q (B, Q, d_key) of each
+        batch element: (B, Q, L), what the sum rule reads without building its state. With
         normalise=True both sides are sum-normalised first (§7.2): phi(k) / (sum phi(k) + key_eps)
         and phi(q) / (sum phi(q) + eps). This default builds the features; a map may override it
         with a cheaper computation of the same numbers (DPFP does, for one query)."""
@@ -89,7 +93,7 @@ class FeatureMap(nn.Module):
         if normalise:
             fk = fk / (fk.sum(-1, keepdim=True) + key_eps)
             fq = fq / (fq.sum(-1, keepdim=True) + eps)
-        return batched_dot(fk, fq)
+        return batched_dot(fq, fk)
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
@@ -156,7 +160,23 @@ class Elu(_Elementwise):
     """phi(x) = elu(x) + 1 ("Linear" in Figure 2; the running example of the introduction)."""
 
     name, positive = "elu", True
-    fn = staticmethod(lambda x: F.elu(x) + 1)
+    fn = staticmethod(lambda x: _EluPlusOne.apply(x))
+
+
+class _EluPlusOne(torch.autograd.Function):
+    """elu(x) + 1 = exp(min(x, 0)) + max(x, 0), whose derivative is min(elu(x) + 1, 1): two
+    to three times faster than F.elu(x) + 1 (expm1 is slow on the CPU) and its backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = x.clamp(max=0).exp_().add_(x.clamp(min=0))
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out.clamp(max=1)
 
 
 class Tanh(_Elementwise):
@@ -183,7 +203,9 @@ class DPFP(FeatureMap):
 
     def forward(self, x, is_query=False):
         r = _relu_pm(x)
-        return torch.cat([r * torch.roll(r, -s, dims=-1) for s in range(1, self.nu + 1)], dim=-1)
+        n = r.shape[-1]
+        padded = torch.cat([r, r[..., :self.nu]], dim=-1)  # padded[..., s:s + n] = roll(r, -s)
+        return torch.cat([r * padded[..., s:s + n] for s in range(1, self.nu + 1)], dim=-1)
 
     def scores(self, k, q, normalise=False, eps=1e-6, key_eps=0.0):
         """For one query (training) the kernel trick: with u = r(k) * r(q),
@@ -193,12 +215,12 @@ class DPFP(FeatureMap):
         if q.shape[-2] != 1:
             return super().scores(k, q, normalise, eps, key_eps)
         rq = _relu_pm(q)
-        s = _DPFPScores.apply(k, rq, self.nu)
+        s = _DPFPScores.apply(k, rq, self.nu)  # (B, L, 1)
         if normalise:
             sum_k = _DPFPScores.apply(k, torch.ones_like(rq), self.nu)
             sum_q = (rq * _window(rq, self.nu)).sum(-1, keepdim=True)
             s = s / ((sum_k + key_eps) * (sum_q + eps))
-        return s
+        return s.transpose(-1, -2)
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
@@ -248,9 +270,10 @@ def _derive(name, params, key, value, d_dot):
 
 
 class _BatchedDot(torch.autograd.Function):
-    """a @ b^T for a (B, L, D), b (B, Q, D) -> (B, L, Q). The backward is autograd's but in the
-    fast orientation: bmm's own backward forms grad_b as a^T @ grad, for Q = 1 a transposed
-    batched matrix-vector product several times slower on the CPU than grad^T @ a."""
+    """a @ b^T for a (B, M, D), b (B, N, D) -> (B, M, N), with bmm's backward made fast for a
+    single row (M or N = 1, one query): bmm's own forms a transposed batched matrix-vector
+    product and an outer product by matmul, each several times slower on the CPU than the
+    other orientation and a broadcast multiply."""
 
     @staticmethod
     def forward(ctx, a, b):
@@ -264,40 +287,37 @@ class _BatchedDot(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_a = grad * b if b.shape[-2] == 1 else grad @ b
         if ctx.needs_input_grad[1]:
-            grad_b = grad.transpose(-1, -2) @ a
+            grad_t = grad.transpose(-1, -2)
+            grad_b = grad_t * a if a.shape[-2] == 1 else grad_t @ a
         return grad_a, grad_b
 
 
 def batched_dot(a, b):
-    """a @ b^T over the last two dims, a (B, L, D) and b (B, Q, D) -> (B, L, Q)."""
+    """a @ b^T over the last two dims, a (B, M, D) and b (B, N, D) -> (B, M, N)."""
     return _BatchedDot.apply(a, b)
 
 
 def _relu_pm(x):
     """relu([x, -x]) over the last dim: the 2 d_key-vector r of DPFP (§6.3)."""
-    return torch.relu(torch.cat([x, -x], dim=-1))
+    return torch.cat([x, -x], dim=-1).relu_()
 
 
-def _window(u, nu, both_sides=False):
-    """w_i = sum_{s=1..nu} u_(i+s), indices mod u's last dim n (nu < n); both_sides=True adds
-    sum_s u_(i-s), the derivative of sum_s sum_i u_i u_(i+s) with respect to u_i."""
+def _window(u, nu):
+    """w_i = sum_{s=1..nu} u_(i+s), indices mod u's last dim (nu < 2 d_key). Then
+    sum_s sum_i u_i u_(i+s) = u . w, whose derivative by u_i is w_i + w_(i-nu-1)."""
     n = u.shape[-1]
-    if both_sides:
-        padded = torch.cat([u[..., n - nu:], u, u[..., :nu]], dim=-1)
-        shifts = [nu + s for s in range(1, nu + 1)] + [nu - s for s in range(1, nu + 1)]
-    else:
-        padded = torch.cat([u, u[..., :nu]], dim=-1)
-        shifts = range(1, nu + 1)
-    w = None
-    for s in shifts:
-        w = padded[..., s:s + n] if w is None else w + padded[..., s:s + n]
+    padded = torch.cat([u, u[..., :nu]], dim=-1)
+    w = padded[..., 1:1 + n]
+    for s in range(2, nu + 1):
+        w = w + padded[..., s:s + n]
     return w
 
 
-def _batch_slices(x, elements=1 << 17):
-    """Slices of x's first dim with about `elements` entries each on the CPU, so that the
-    intermediates of a slice stay in cache (one slice on other devices)."""
-    step = x.shape[0] if x.device.type != "cpu" else max(1, elements // max(1, x[:1].numel()))
+def _batch_slices(x, widen=2, elements=1 << 18):
+    """Slices of x's first dim such that intermediates `widen` times the size of x[slice] have
+    about `elements` entries on the CPU and stay in cache; one slice on other devices."""
+    per_item = max(1, int(x[:1].numel() * widen))
+    step = x.shape[0] if x.device.type != "cpu" else max(1, elements // per_item)
     return [slice(i, i + step) for i in range(0, x.shape[0], step)]
 
 
@@ -325,10 +345,12 @@ class _DPFPScores(torch.autograd.Function):
         grad_w = torch.empty_like(w) if ctx.needs_input_grad[1] else None
         for b in _batch_slices(k):
             r = _relu_pm(k[b])
-            grad_u = grad[b] * _window(r * w[b], ctx.nu, both_sides=True)  # d s / d u
+            win = _window(r * w[b], ctx.nu)
+            grad_u = grad[b] * (win + win.roll(ctx.nu + 1, dims=-1))  # d s / d u
             if grad_w is not None:
                 torch.sum(grad_u * r, dim=1, keepdim=True, out=grad_w[b])
-            grad_r = torch.where(r > 0, grad_u * w[b], 0.0)  # relu'(x) = [x > 0], as autograd's
+            # relu's own backward (grad where r > 0, else 0); much faster than a comparison
+            grad_r = torch.ops.aten.threshold_backward(grad_u * w[b], r, 0.0)
             torch.sub(grad_r[..., :d], grad_r[..., d:], out=grad_k[b])
         return grad_k, grad_w, None
 
@@ -488,15 +510,93 @@ class Favor(_RandomFeatures):
         return 2 if params.get("variant") == "hyperbolic" else 1
 
     def forward(self, x, is_query=False):
+        return _exp(self._logits(x, is_query, self.projection)) / math.sqrt(self.d_dot)
+
+    def _logits(self, x, is_query, projection):
         x = x * self.scale
-        wx = x @ self.projection.to(x.dtype).T
+        wx = x @ projection.to(x.dtype).T
         if self.variant == "hyperbolic":
             wx = torch.cat([wx, -wx], dim=-1)
         logits = wx - (x * x).sum(-1, keepdim=True) / 2
         if self.stabilize:
             dims = (-1,) if is_query or x.dim() < 2 else (-2, -1)
             logits = logits - logits.amax(dim=dims, keepdim=True).detach()
-        return torch.exp(logits) / math.sqrt(self.d_dot)
+        return logits
+
+    def scores(self, k, q, normalise=False, eps=1e-6, key_eps=0.0):
+        """The default's numbers, with the key features built, used and differentiated one
+        batch slice at a time (_FavorKeyScores): B x L x d_dot floats are tens of MB at large
+        n_keys and m, and one pass each over them costs more than the exps."""
+        if normalise:
+            return super().scores(k, q, normalise, eps, key_eps)
+        return _FavorKeyScores.apply(k, self(q, is_query=True), self)
+
+
+def _exp(x):
+    """torch.exp(x), but also fast on the CPU where x has entries below -87: float32's vector
+    exp kernel takes a 15-50x slower path for results that underflow to subnormals or 0, which
+    is where unscaled FAVOR+ logits mostly lie at large n_keys (task-spec quirks). There it is
+    computed as exp(x / 2)^2 (_UnderflowExp): within 2 ulp of exp(x), and 0 where exp(x) is."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or x.numel() == 0:
+        return torch.exp(x)
+    with torch.no_grad():
+        fast = bool(x.amin() > -87.0)
+    return torch.exp(x) if fast else _UnderflowExp.apply(x)
+
+
+class _UnderflowExp(torch.autograd.Function):
+    """exp(x) as exp(x / 2)^2: exp(x / 2) stays on the fast path down to x = -174, and below
+    that the float32 result is 0 anyway (it is for any x < -104), so clamping there is exact."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = x.mul(0.5).clamp_(min=-87.0).exp_().square_()
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out  # as torch.exp's
+
+
+class _FavorKeyScores(torch.autograd.Function):
+    """fq @ phi(k)^T for FAVOR+ keys k (B, L, d_key) and query features fq (B, Q, d_dot), the
+    key features exp(logits) / sqrt(d_dot) made one batch slice at a time (in cache on the CPU)
+    and kept, in slices, for the backward. The projection is the one of the forward pass."""
+
+    @staticmethod
+    def forward(ctx, k, fq, phi):
+        projection, c = phi.projection, 1 / math.sqrt(phi.d_dot)
+        slices = _batch_slices(k, phi.d_dot / phi.d_key)
+        out = k.new_empty(k.shape[0], fq.shape[1], k.shape[1])
+        exps = []
+        for b in slices:
+            e = _exp(phi._logits(k[b], False, projection))
+            torch.matmul(fq[b], e.transpose(-1, -2), out=out[b])
+            if any(ctx.needs_input_grad):
+                exps.append(e)
+        ctx.save_for_backward(k, fq, projection)
+        ctx.phi, ctx.slices, ctx.exps = phi, slices, exps
+        return out.mul_(c)
+
+    @staticmethod
+    def backward(ctx, grad):
+        k, fq, projection = ctx.saved_tensors
+        phi, m = ctx.phi, projection.shape[0]
+        grad = grad / math.sqrt(phi.d_dot)
+        grad_k, grad_fq = torch.empty_like(k), torch.empty_like(fq)
+        for b, e in zip(ctx.slices, ctx.exps):
+            torch.matmul(grad[b], e, out=grad_fq[b])
+            grad_t = grad[b].transpose(-1, -2)
+            g = grad_t * fq[b] if fq.shape[1] == 1 else grad_t @ fq[b]
+            g_logits = g.mul_(e)  # exp' = exp; a stabilising max is detached
+            g_wx = g_logits[..., :m] - g_logits[..., m:] if phi.variant == "hyperbolic" else g_logits
+            x = k[b] * phi.scale  # logits = x Omega^T (+-) - |x|^2 / 2
+            g_x = torch.addcmul(g_wx @ projection.to(x.dtype), g_logits.sum(-1, keepdim=True), x,
+                                value=-1.0)
+            torch.mul(g_x, phi.scale, out=grad_k[b])
+        return grad_k, grad_fq, None
 
 
 class Trig(_RandomFeatures):

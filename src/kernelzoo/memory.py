@@ -117,6 +117,41 @@ def _delta_state_chunked(k, v, beta, chunk_size):
     return W
 
 
+class _Gram(torch.autograd.Function):
+    """K K^T for K (..., L, D), with the backward (G + G^T) K as one matmul instead of two."""
+
+    @staticmethod
+    def forward(ctx, k):
+        ctx.save_for_backward(k)
+        return k @ k.transpose(-1, -2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (k,) = ctx.saved_tensors
+        return (grad + grad.transpose(-1, -2)) @ k
+
+
+def _delta_read_direct(k, v, q, beta):
+    """The delta rule's read q W^T without the state: one triangular solve over the sequence.
+
+    With W^(0) = 0, W = sum_t u_t k_t^T where (I + A) U = diag(beta) V, A = tril(diag(beta) K K^T,
+    -1) (the UT form of `_delta_state_chunked` over the whole sequence). So
+    q W^T = (K q)^T (I + A)^{-1} diag(beta) V: solve the upper-triangular (I + A)^T X = K Q^T,
+    a Q-column right-hand side, then y = (diag(beta) X)^T V. Costs L^2 (D + Q) + L Q d_v, not
+    the state's L D d_v; better when L is not much larger than d_v or Q is small.
+    """
+    upper = torch.triu(_Gram.apply(k) * beta.unsqueeze(-2), diagonal=1)  # (I + A)^T - I
+    x = torch.linalg.solve_triangular(upper, k @ q.transpose(-1, -2), upper=True,
+                                      unitriangular=True)  # (B, L, Q)
+    return (beta.unsqueeze(-1) * x).transpose(-1, -2) @ v
+
+
+def _delta_direct_is_cheaper(L, Q, D, d_v, chunk_size):
+    """Multiply-adds of _delta_read_direct against the chunked state and its read."""
+    C = min(chunk_size, L)
+    return L * L * (D + Q) + L * Q * d_v <= L * (C * (D + d_v) + 2 * D * d_v) + Q * D * d_v
+
+
 def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=None,
          eps=1e-6, key_eps=0.0, chunk_size=64):
     """Write all L pairs, then read the Q queries: y (B, Q, d_v). Production path.
@@ -128,7 +163,10 @@ def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=
     - "sum": y = phi(Q) W^T with W = V^T phi(K) (§2.1), contracted in the cheaper order:
       scores phi(K) phi(Q)^T then scores^T V costs L Q (D + d_v); materialising W costs
       D d_v (L + Q), which wins when Q is large.
-    - "delta": chunkwise parallel form (`_delta_state_chunked`), loop over L / chunk_size chunks.
+    - "delta": without the state, one triangular solve over the whole sequence
+      (`_delta_read_direct`) when that is cheaper (short sequences, few queries: training and
+      evaluation in this task); else the chunkwise parallel form (`_delta_state_chunked`), a
+      loop over L / chunk_size chunks.
     - "fwm": the per-step Frobenius renormalisation is nonlinear, so there is no chunked form;
       this rule runs the sequential loop (the same code as `read_reference`) and ignores
       `normalisation`, `eps` and `key_eps`.
@@ -139,6 +177,8 @@ def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=
     Q, d_v = q.shape[1], v.shape[-1]
     if update_rule == "sum" and L * Q * (D + d_v) <= D * d_v * (L + Q):
         y = (q @ k.transpose(1, 2)) @ v
+    elif update_rule == "delta" and _delta_direct_is_cheaper(L, Q, D, d_v, chunk_size):
+        y = _delta_read_direct(k, v, q, beta)
     else:
         if update_rule == "sum":
             W = v.transpose(1, 2) @ k

@@ -7,7 +7,10 @@ path never builds a one-hot tensor:
 - ``W_k x_l = W_k[:, value_l] + (E W_kᵉᵀ)[key_l]``: the key rows of the embedding table are
   projected once per forward (S·e·d_key multiply-adds instead of B·L·(S+e)·d_key) and gathered;
 - for the ``sum`` rule with queries at the end, the state ``W = Σ v φ(k)ᵀ`` is never built:
-  the scores ``φ(k_l)·φ(q)`` are scatter-added into the output slot ``value_l``.
+  the scores ``φ(q)·φ(k_l)`` (``FeatureMap.scores``: DPFP by its kernel trick, FAVOR+ one
+  cache-sized batch slice at a time) are scatter-added into the output slot ``value_l``;
+- queries are key symbols (< n_keys): they are looked up in the key rows only, and for many
+  queries (evaluation) the key rows are projected once and gathered, as for the keys.
 
 ``kernelzoo.reference.reference_forward`` is the literal transcription, kept as test oracle and
 benchmark baseline; tests assert both compute the same function, outputs and gradients.
@@ -53,20 +56,23 @@ class RetrievalModel(nn.Module):
         S = self.n_keys
         table = self.embedding.weight[:S]  # key rows only
         w_val, w_emb = self.W_k.weight[:, :S], self.W_k.weight[:, S:]
-        k = _gather(table @ w_emb.T, keys) + _gather(w_val.T, values) + self.W_k.bias
-        q = F.linear(self.embedding(query), self.W_q.weight, self.W_q.bias)
+        k = _gather(table @ w_emb.T + self.W_k.bias, keys) + _gather(w_val.T, values)
+        if query.numel() > S:  # many queries (evaluation): project the table, then gather
+            q = _gather(table @ self.W_q.weight.T, query) + self.W_q.bias
+        else:
+            q = F.linear(_gather(table, query), self.W_q.weight, self.W_q.bias)
         beta = None
         if self.W_beta is not None:
             w = self.W_beta.weight[0]
-            beta = torch.sigmoid(_gather(table @ w[S:], keys) + _gather(w[:S], values)
-                                 + self.W_beta.bias)
+            beta = torch.sigmoid(_gather(table @ w[S:] + self.W_beta.bias, keys)
+                                 + _gather(w[:S], values))
         return k, q, beta
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor):
         """Outputs y (B, Q, S) for query keys (B, Q) after the sequence (keys, values) (B, L)."""
         k, q, beta = self.keys_and_query(keys, values, query)
         if self.softmax:
-            scores = torch.softmax(batched_dot(k, q) / math.sqrt(self.d_key), dim=1)
+            scores = torch.softmax(batched_dot(q, k) / math.sqrt(self.d_key), dim=-1)
             return self._scatter(scores, values)
         self.phi.maybe_redraw()  # one projection shared by keys and query in this pass
         if self.update_rule != "sum":
@@ -76,18 +82,17 @@ class RetrievalModel(nn.Module):
                                normalisation=self.normalisation, beta=beta, eps=self.eps,
                                key_eps=self.key_eps, chunk_size=self.chunk_size)
         scores = self.phi.scores(k, q, normalise=self.normalisation == "sum", eps=self.eps,
-                                 key_eps=self.key_eps)  # (B, L, Q): φ(k_l)·φ(q)
+                                 key_eps=self.key_eps)  # (B, Q, L): φ(q)·φ(k_l)
         y = self._scatter(scores, values)
         if self.normalisation == "attention":
-            y = y / (scores.sum(dim=1).unsqueeze(-1) + self.eps)
+            y = y / (scores.sum(dim=-1, keepdim=True) + self.eps)
         return y
 
     def _scatter(self, scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Σ_l scores[l] · onehot(value_l), as a scatter-add into (B, Q, S)."""
-        B, L, Q = scores.shape
+        """Σ_l scores[:, :, l] · onehot(value_l) for scores (B, Q, L): a scatter-add into (B, Q, S)."""
+        B, Q, L = scores.shape
         index = values.unsqueeze(1).expand(B, Q, L)
-        out = scores.new_zeros(B, Q, self.n_keys)
-        return out.scatter_add(2, index, scores.transpose(1, 2))
+        return scores.new_zeros(B, Q, self.n_keys).scatter_add_(2, index, scores)
 
 
 def _gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

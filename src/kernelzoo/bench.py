@@ -1,0 +1,415 @@
+"""Speed and memory of the fast path against the literal reference: ``python -m kernelzoo.bench``.
+
+    python -m kernelzoo.bench [--quick] [--device cpu|cuda] [--threads 1] [--out results/bench]
+
+Cases (task-spec "Model", d_key 64, batch 32, the Figure 2 feature maps; both sides use the same
+parameters, data and optimiser, Adam with ``ADAM`` options):
+
+- ``train_step``: one training step (forward, loss, backward, Adam) of Setting 1 (L = S, one
+  query). baseline: ``reference.reference_forward``; kernelzoo: ``model.RetrievalModel``.
+- ``eval``: the forward of an evaluation, 20 sequences x min(S, 200) queries, no gradients.
+  baseline: ``reference.reference_eval_forward`` (each sequence replicated once per query) in
+  batches of 32 queries, as the authors; for S > 100 it is timed on ``EVAL_BASELINE_SEQUENCES``
+  sequences and scaled to 20 (the sequences are independent, equal work). kernelzoo: one pass.
+- ``delta``: a training step of Setting 2 (S 200, L 400) with the delta rule and DPFP-1, and
+  ``delta_read``: the memory read alone (forward and backward), ``memory.read_reference`` (the
+  sequential loop) against ``memory.read`` (parallel: one triangular solve here).
+
+Time: best of repeats after a warm-up, the two sides taking turns within a per-side budget; on
+the CPU with one thread the clock is the thread's CPU time (robust to other processes on a
+shared machine), else wall time (``torch.cuda.synchronize`` on cuda). Peak memory: each (case, side) runs once
+in a fresh subprocess that reports the rise of its peak resident set size (``getrusage`` /
+VmHWM, reset through /proc/self/clear_refs where allowed) over its size before the step, or
+``torch.cuda.max_memory_allocated`` on cuda (in process); only for the largest n_keys of each
+case unless ``--memory all``. Outputs: ``bench.csv`` and ``bench.md`` in ``--out`` (``--quick``:
+``bench_quick.*``, so that a quick run does not overwrite the full table). ``floor_ms``: the contractions a step must do at this machine's measured
+matmul rate plus the bytes it must move (Adam's state, keys and their gradients) at its
+measured bandwidth; see ``floor_ms``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import math
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import memory
+from .feature_maps import build_feature_map
+from .model import RetrievalModel, retrieval_loss
+from .reference import reference_eval_forward, reference_forward
+from .task import RetrievalTask
+
+D_KEY, BATCH, EVAL_SEQUENCES, EVAL_QUERIES, EVAL_QUERY_BATCH = 64, 32, 20, 200, 32
+EVAL_BASELINE_SEQUENCES = 1  # sequences timed for the baseline evaluation when S > 100
+ADAM = {"fused": True}  # what the training loop should use: ~3x faster step on 2M parameters
+MAPS = {  # Figure 2 label -> (feature map, parameters)
+    "softmax": ("softmax", {}),
+    "linear": ("elu", {}),
+    **{f"dpfp-{nu}": ("dpfp", {"nu": nu}) for nu in (1, 2, 3)},
+    **{f"favor-{m}": ("favor", {"m": m, "variant": "hyperbolic", "redraw": "every_call"})
+       for m in (64, 128, 512)},
+}
+COLUMNS = ["case", "feature_map", "n_keys", "d_dot", "baseline_ms", "kernelzoo_ms", "ratio",
+           "baseline_peak_mb", "kernelzoo_peak_mb", "floor_ms"]
+
+
+def cases(quick: bool = False) -> list[dict]:
+    """The benchmark's rows: dicts with case, feature_map (a MAPS label) and n_keys."""
+    if quick:
+        return [{"case": "train_step", "feature_map": "dpfp-3", "n_keys": 600},
+                {"case": "train_step", "feature_map": "linear", "n_keys": 20},
+                {"case": "eval", "feature_map": "dpfp-3", "n_keys": 100},
+                {"case": "delta_read", "feature_map": "dpfp-1", "n_keys": 200}]
+    rows = [{"case": "train_step", "feature_map": fm, "n_keys": s}
+            for fm in MAPS for s in (20, 100, 200, 400, 600)]
+    rows += [{"case": "eval", "feature_map": fm, "n_keys": s} for fm in MAPS for s in (100, 600)]
+    return rows + [{"case": c, "feature_map": "dpfp-1", "n_keys": 200} for c in ("delta", "delta_read")]
+
+
+def setup(row: dict, side: str, device: torch.device):
+    """A callable doing one unit of the row's work on one side, and the model it uses."""
+    name, params = MAPS[row["feature_map"]]
+    S, delta = row["n_keys"], row["case"].startswith("delta")
+    torch.manual_seed(0)
+    phi = build_feature_map(name, d_key=D_KEY, **params)
+    model = RetrievalModel(S, phi, "delta" if delta else "sum",
+                           "sum" if delta else "attention").to(device)
+    task = RetrievalTask(S, 2 * S if delta else S, S, delta, seed=0, device=device)
+    if row["case"] == "eval":
+        model.eval()
+        b = task.eval_batch(EVAL_SEQUENCES, EVAL_QUERIES)
+        n_seq = EVAL_SEQUENCES if S <= 100 else EVAL_BASELINE_SEQUENCES
+
+        @torch.no_grad()
+        def evaluation():
+            if side == "kernelzoo":  # one pass over all sequences and queries
+                return retrieval_loss(model(b.keys, b.values, b.query), b.target, b.mask)
+            for i in range(n_seq):  # per sequence, per batch of <= 32 queries, a copy per query
+                for j in range(0, b.query.shape[1], EVAL_QUERY_BATCH):
+                    q = slice(j, j + EVAL_QUERY_BATCH)
+                    y = reference_eval_forward(model, b.keys[i:i + 1], b.values[i:i + 1],
+                                               b.query[i:i + 1, q])
+                    retrieval_loss(y, b.target[i:i + 1, q], b.mask[i:i + 1, q])
+        return evaluation, model
+    b = task.train_batch(BATCH)
+    if row["case"] == "delta_read":
+        k, q, beta = model.keys_and_query(b.keys, b.values, b.query)
+        fk, fq = (model.phi(x).detach().requires_grad_() for x in (k, q))
+        v = torch.nn.functional.one_hot(b.values, S).to(fk.dtype)
+        beta = beta.detach().requires_grad_()
+        read = memory.read if side == "kernelzoo" else memory.read_reference
+        kw = dict(update_rule="delta", normalisation="sum", beta=beta)
+        return lambda: read(fk, v, fq, **kw).square().sum().backward(), model
+    forward = model if side == "kernelzoo" else (lambda *a: reference_forward(model, *a))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, **(ADAM if device.type != "mps" else {}))
+
+    def step():
+        loss = retrieval_loss(forward(b.keys, b.values, b.query), b.target).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return step, model
+
+
+def best_ms(fns: dict, device: torch.device, clock: str, budget_s: float,
+            max_repeats: int = 200, slice_s: float = 0.2) -> dict:
+    """Best time in ms of each callable in fns (side -> fn) after a warm-up call. The sides take
+    turns, slice_s seconds each, until each has used budget_s (at least one timed call), so
+    that both see the same machine load."""
+    now = time.thread_time if clock == "cpu" else time.perf_counter
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def once(fn):
+        sync()
+        t = now()
+        fn()
+        sync()
+        return now() - t
+
+    times = {side: [] for side in fns}
+    for fn in fns.values():
+        once(fn)  # warm-up: the first call after other work can take twice as long
+    while True:
+        pending = [s for s in fns if times[s] == [] or
+                   (sum(times[s]) < budget_s and len(times[s]) < max_repeats)]
+        if not pending:
+            return {side: 1e3 * min(t) for side, t in times.items()}
+        for side in pending:
+            spent = 0.0
+            while spent < slice_s and len(times[side]) < max_repeats:
+                times[side].append(once(fns[side]))
+                spent += times[side][-1]
+
+
+def machine_rates(device: torch.device, clock: str) -> tuple[float, float]:
+    """Matmul rate (GFLOP/s, float32 n x n, n = 2048, 8192 on cuda) and memory bandwidth
+    (GB/s, a 256 MB copy)."""
+    n = 8192 if device.type == "cuda" else 2048
+    a, b = (torch.randn(n, n, device=device) for _ in range(2))
+    gflops = 2 * n**3 / best_ms({"mm": lambda: a @ b}, device, clock, 1.0)["mm"] / 1e6
+    x = torch.empty(2**26, device=device).uniform_()
+    y = torch.empty_like(x)
+    gbs = 2 * x.numel() * 4 / best_ms({"copy": lambda: y.copy_(x)}, device, clock, 1.0)["copy"] / 1e6
+    return gflops, gbs
+
+
+def floor_ms(row: dict, model: RetrievalModel, gflops: float, gbs: float) -> float:
+    """A lower bound for the kernelzoo side: the multiply-adds it must do at the measured matmul
+    rate plus the bytes it must move at the measured bandwidth. Counted: the projections of
+    the key table (and of the queries), FAVOR+'s projection of every key and query, the
+    feature-space products phi(q).phi(k) (softmax: q.k); for the delta rule the Gram matrix
+    K K^T, its gradient and the triangular solve of `memory._delta_read_direct`, and its
+    L x L system moved ~6 times. Bytes of a training step: Adam (read p, g, m, v; write p, m,
+    v, g) and the keys (B, L, d_key) written and read forwards and backwards. Not counted:
+    elementwise work (DPFP's products, FAVOR+'s exp), Python and framework overhead."""
+    S, d, case = row["n_keys"], D_KEY, row["case"]
+    e, m = int(2 * S * 1.1), getattr(model.phi, "m", 0)
+    D = d if math.isinf(model.phi.d_dot) else model.phi.d_dot
+    if case == "eval":  # forward only: two tables, one Q x L x D product per sequence
+        B, L, Q = EVAL_SEQUENCES, S, min(S, EVAL_QUERIES)
+        flops = 4 * S * e * d + 2 * B * (L + Q) * d * m + 2 * B * L * Q * D
+        return 1e3 * (flops / gflops + 2 * 4 * B * L * d / gbs) / 1e9
+    B, L = BATCH, 2 * S if case.startswith("delta") else S
+    if case.startswith("delta"):
+        flops, bytes_ = B * (4 * L * L * D + 3 * L * L), 6 * 4 * B * L * L
+        if case == "delta_read":
+            return 1e3 * (flops / gflops + bytes_ / gbs) / 1e9
+    else:
+        flops, bytes_ = 3 * 2 * B * L * D, 0
+    flops += 3 * 2 * (S + B) * e * d + 4 * B * L * d * m  # forward and two gradients
+    bytes_ += 32 * sum(p.numel() for p in model.parameters()) + 4 * 4 * B * L * d
+    return 1e3 * (flops / gflops + bytes_ / gbs) / 1e9
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def _peak_rss_mb() -> float:
+    """VmHWM; getrusage's ru_maxrss only as a fallback, as it keeps the parent's size across exec."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_mb_here(row: dict, side: str, device: torch.device) -> float:
+    """Rise of peak memory during one unit of work, in this process (fresh from peak_mb)."""
+    fn, _ = setup(row, side, device)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak to the current size
+    except OSError:
+        pass
+    before = _rss_mb()
+    fn()
+    return _peak_rss_mb() - before
+
+
+def peak_mb(row: dict, side: str, device: torch.device, threads: int) -> float:
+    """peak_mb_here in a fresh subprocess (nan when it fails)."""
+    cmd = [sys.executable, "-m", "kernelzoo.bench", "--peak-of", json.dumps([row, side]),
+           "--device", str(device), "--threads", str(threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        return float(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        print(f"peak memory of {row} {side} failed: {out.stderr[-500:]}", file=sys.stderr)
+        return math.nan
+
+
+def run_row(row: dict, device: torch.device, clock: str, rates, threads: int, memory_: bool,
+            budget_s: float = 1.2, max_repeats: int = 200) -> dict:
+    """One CSV row: both sides timed (and their peak memory measured when memory_)."""
+    out = dict(row)
+    fns, model = {}, None
+    for side in ("baseline", "kernelzoo"):
+        fns[side], model = setup(row, side, device)
+    ms = best_ms(fns, device, clock, budget_s, max_repeats)
+    if row["case"] == "eval" and row["n_keys"] > 100:  # measured on fewer sequences
+        ms["baseline"] *= EVAL_SEQUENCES / EVAL_BASELINE_SEQUENCES
+    del fns
+    for side in ("baseline", "kernelzoo"):
+        out[f"{side}_ms"] = ms[side]
+        peak = math.nan
+        if memory_:  # cuda: the allocator's own peak, in this process
+            peak = (peak_mb_here(row, side, device) if device.type == "cuda"
+                    else peak_mb(row, side, device, threads))
+        out[f"{side}_peak_mb"] = peak
+    d_dot = model.phi.d_dot
+    out["d_dot"] = "inf" if math.isinf(d_dot) else d_dot
+    out["ratio"] = out["baseline_ms"] / out["kernelzoo_ms"]
+    out["floor_ms"] = floor_ms(row, model, *rates)
+    return out
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: _cell(r[k], "{:.4g}") for k in COLUMNS})
+
+
+def _cell(value, fmt: str) -> str:
+    """A float formatted with fmt, nan as an empty cell, anything else as str."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else fmt.format(value)
+    return str(value)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
+
+
+NOTES = """\
+- Both sides use fused Adam (`ADAM`); `train.fit` must pass `fused=True` too for its steps to
+  match the kernelzoo column (Adam's step alone: ~5.8 -> ~1.7 ms on 1.8M parameters, 1 thread).
+- Small n_keys: both sides are bound by per-op framework overhead (the n_keys 20 rows: ~1-7 ms
+  for ~100 small ops forward and backward), so ratios there sit near 1-2x; no eager-mode
+  rewrite removes that floor.
+- FAVOR+: both sides compute the same B x L x 2m features (projection, exp); that shared work
+  caps the ratio where the baseline's extra work (one-hot projection, state) is small, i.e. at
+  n_keys <= 200 for m = 64..512.
+- Evaluation at n_keys 100: the replicated baseline does only ~120-350x the multiply-adds of
+  the one pass (listed above), and the one pass also pays the framework floor, so 300x is out
+  of reach there; at n_keys 600 the ratio of work is ~700-1500x.
+- floor/kernelzoo: the fraction of the counted floor (`floor_ms`) reached; elementwise work and
+  overhead are not in the floor, so small rows sit far below 100%.
+"""
+
+
+def write_markdown(rows, path: Path, device, clock, rates, seconds: float) -> None:
+    """bench.md: the machine, the command, the table with the fraction of the floor reached."""
+    cores = len(__import__("os").sched_getaffinity(0))
+    gpu = f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
+    lines = [
+        "# kernelzoo benchmark", "",
+        f"- machine: {cpu_model()}, {cores} cores{gpu}; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s), device {device}",
+        f"- command: `{' '.join(['python -m kernelzoo.bench'] + sys.argv[1:])}` ({seconds:.0f} s)",
+        f"- clock: {'thread CPU time' if clock == 'cpu' else 'wall time'}, best of repeats "
+        f"after a warm-up; measured matmul {rates[0]:.0f} GFLOP/s, bandwidth {rates[1]:.1f} GB/s",
+        "- peak memory: rise of the peak RSS over one unit of work (a step, an evaluation) in a "
+        "fresh subprocess (cuda: max_memory_allocated, in process); empty where not measured", "",
+        "| " + " | ".join(COLUMNS + ["floor/kernelzoo"]) + " |",
+        "|" + "---|" * (len(COLUMNS) + 1),
+    ]
+    for r in rows:
+        cells = [_cell(r[k], "{:.3g}") for k in COLUMNS]
+        lines.append("| " + " | ".join(cells + [f"{r['floor_ms'] / r['kernelzoo_ms']:.0%}"]) + " |")
+    lines += ["", "## Targets", ""] + [f"- {t}" for t in targets(rows)] + ["", "## Notes", "", NOTES]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def eval_flop_ratio(row: dict, d_dot) -> float:
+    """Multiply-adds of the authors' evaluation over those of the one-pass one: per replicated
+    sequence the one-hot projection and the state (softmax: scores and their sum over values),
+    against the key and query tables and one Q x L x d_dot product per sequence. The ratio two
+    implementations running at the same rate would reach."""
+    S, d = row["n_keys"], D_KEY
+    L, Q, e = S, min(S, EVAL_QUERIES), int(2 * S * 1.1)
+    D = d if d_dot == "inf" else d_dot
+    per_copy = L * (S + e) * d + (L * d + L * S if d_dot == "inf" else L * S * D + S * D)
+    return EVAL_SEQUENCES * Q * per_copy / (2 * S * e * d + EVAL_SEQUENCES * L * Q * D)
+
+
+def targets(rows: list[dict]) -> list[str]:
+    """The issue's targets, each met / NOT met with the numbers behind it, and the reasons."""
+    def check(what, selected, need):
+        if not selected:
+            return f"{what}: not measured in this run"
+        worst = min(selected, key=lambda r: r["ratio"])
+        ok = worst["ratio"] >= need
+        short = [f"{r['feature_map']} {r['ratio']:.1f}x" for r in selected if r["ratio"] < need]
+        return (f"{what} >= {need}x: {'met' if ok else 'NOT met'} (lowest {worst['ratio']:.1f}x, "
+                f"{worst['feature_map']} at n_keys {worst['n_keys']})"
+                + ("" if ok else f"; below: {', '.join(short)}"))
+    train = [r for r in rows if r["case"] == "train_step"]
+    evals = [r for r in rows if r["case"] == "eval"]
+    out = [check("train step, DPFP-3 at n_keys 600",
+                 [r for r in train if r["feature_map"] == "dpfp-3" and r["n_keys"] == 600], 30)]
+    for s in sorted({r["n_keys"] for r in train}):
+        out.append(check(f"train step, every map at n_keys {s}",
+                         [r for r in train if r["n_keys"] == s], 10 if s >= 200 else 3))
+    for s in sorted({r["n_keys"] for r in evals}):
+        out.append(check(f"evaluation at n_keys {s}", [r for r in evals if r["n_keys"] == s], 300))
+        out.append(f"evaluation at n_keys {s}: the FLOP ratio of the two (the bound at equal "
+                   "rates) is " + ", ".join(f"{r['feature_map']} {eval_flop_ratio(r, r['d_dot']):.0f}x"
+                                            for r in evals if r["n_keys"] == s))
+    out += [check("delta rule train step, L 400", [r for r in rows if r["case"] == "delta"], 10),
+            check("delta rule read alone, L 400", [r for r in rows if r["case"] == "delta_read"], 10)]
+    floor = [r for r in train if r["n_keys"] == 20]
+    if floor:
+        out.append("framework floor, the train step at n_keys 20 (kernelzoo / baseline): "
+                   + ", ".join(f"{r['feature_map']} {r['kernelzoo_ms']:.1f} / {r['baseline_ms']:.1f} ms"
+                               for r in floor))
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="a subset in under a minute")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto")
+    p.add_argument("--memory", choices=("largest", "all", "none"), default="largest")
+    p.add_argument("--budget", type=float, default=1.2, help="seconds of repeats per side and row")
+    p.add_argument("--out", default="results/bench", help="directory of bench[_quick].csv/.md")
+    p.add_argument("--peak-of", help=argparse.SUPPRESS)  # internal: one peak_mb subprocess
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if args.peak_of:
+        row, side = json.loads(args.peak_of)
+        print(peak_mb_here(row, side, device))
+        return
+    clock = args.clock if args.clock != "auto" else (
+        "cpu" if device.type == "cpu" and args.threads == 1 else "wall")
+    start = time.perf_counter()
+    rates = machine_rates(device, clock)
+    selected = cases(args.quick)
+    largest = {}
+    for r in selected:
+        largest[r["case"]] = max(largest.get(r["case"], 0), r["n_keys"])
+    rows = []
+    for r in selected:
+        mem = args.memory == "all" or (args.memory == "largest" and r["n_keys"] == largest[r["case"]])
+        rows.append(run_row(r, device, clock, rates, args.threads, mem, args.budget))
+        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in rows[-1].items()), flush=True)
+    stem = Path(args.out) / ("bench_quick" if args.quick else "bench")
+    write_csv(rows, stem.with_suffix(".csv"))
+    write_markdown(rows, stem.with_suffix(".md"), device, clock, rates,
+                   time.perf_counter() - start)
+    print("\n".join(targets(rows)))
+    print(f"wrote {stem}.csv and {stem}.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""The benchmark's machinery on tiny cases (no timing assertions): rows, CSV and report."""
+
+import csv
+import math
+
+import pytest
+import torch
+
+from kernelzoo import bench
+
+torch.set_num_threads(1)
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("row", [
+    {"case": "train_step", "feature_map": "dpfp-2", "n_keys": 10},
+    {"case": "train_step", "feature_map": "favor-64", "n_keys": 10},
+    {"case": "eval", "feature_map": "softmax", "n_keys": 10},
+    {"case": "delta", "feature_map": "dpfp-1", "n_keys": 6},
+    {"case": "delta_read", "feature_map": "dpfp-1", "n_keys": 6},
+], ids=lambda r: f"{r['case']}-{r['feature_map']}")
+def test_run_row_has_every_column(row):
+    out = bench.run_row(row, CPU, "wall", (50.0, 10.0), threads=1, memory_=False,
+                        budget_s=0.0, max_repeats=1)
+    assert set(bench.COLUMNS) <= set(out)
+    assert out["baseline_ms"] > 0 and out["kernelzoo_ms"] > 0 and out["floor_ms"] > 0
+    assert out["ratio"] == pytest.approx(out["baseline_ms"] / out["kernelzoo_ms"])
+    assert math.isnan(out["baseline_peak_mb"]) and math.isnan(out["kernelzoo_peak_mb"])
+    assert out["d_dot"] == ("inf" if row["feature_map"] == "softmax" else bench.setup(row, "kernelzoo", CPU)[1].phi.d_dot)
+
+
+def test_csv_and_markdown(tmp_path):
+    row = {"case": "train_step", "feature_map": "linear", "n_keys": 10}
+    rows = [bench.run_row(row, CPU, "cpu", (50.0, 10.0), threads=1, memory_=False,
+                          budget_s=0.0, max_repeats=1)]
+    rows[0]["kernelzoo_peak_mb"] = bench.peak_mb_here(row, "kernelzoo", CPU)
+    assert rows[0]["kernelzoo_peak_mb"] >= 0
+    bench.write_csv(rows, tmp_path / "bench.csv")
+    with open(tmp_path / "bench.csv") as f:
+        reader = csv.reader(f)
+        header, *body = list(reader)
+    assert header == bench.COLUMNS
+    assert len(body) == 1 and len(body[0]) == len(bench.COLUMNS)
+    assert body[0][:4] == ["train_step", "linear", "10", "64"]
+    assert body[0][7] == ""  and float(body[0][8]) >= 0  # baseline peak not measured: empty
+    bench.write_markdown(rows, tmp_path / "bench.md", CPU, "cpu", (50.0, 10.0), 1.0)
+    text = (tmp_path / "bench.md").read_text()
+    assert "| train_step | linear | 10 | 64 |" in text and "GFLOP/s" in text
+
+
+def test_case_lists():
+    full, quick = bench.cases(), bench.cases(quick=True)
+    assert {"case": "train_step", "feature_map": "dpfp-3", "n_keys": 600} in quick
+    assert any(r["case"] == "eval" for r in quick)
+    assert len(full) == len(bench.MAPS) * 7 + 2
+    assert {r["feature_map"] for r in full} == set(bench.MAPS)
+
+
+# ------------------------------------------- the fast paths the benchmark measures, checked
+# against their plain definitions (float64: to rounding; the model-level equivalence with the
+# reference is tests/test_model.py's)
+
+from kernelzoo import feature_maps as fm  # noqa: E402
+from kernelzoo import memory  # noqa: E402
+
+
+def _value_and_grads(fn, *inputs):
+    inputs = [x.detach().clone().requires_grad_() for x in inputs]
+    out = fn(*inputs)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(5), dtype=out.dtype)
+    return [out] + list(torch.autograd.grad((out * weights).sum(), inputs))
+
+
+def _explicit_scores(phi, normalise, eps=1e-6, key_eps=0.0):
+    def scores(k, q):
+        fk, fq = phi(k), phi(q, is_query=True)
+        if normalise:
+            fk = fk / (fk.sum(-1, keepdim=True) + key_eps)
+            fq = fq / (fq.sum(-1, keepdim=True) + eps)
+        return fq @ fk.transpose(-1, -2)
+    return scores
+
+
+@pytest.mark.parametrize("queries", [1, 3])
+@pytest.mark.parametrize("normalise", [False, True])
+@pytest.mark.parametrize("name,params", [
+    ("dpfp", {"nu": 1}), ("dpfp", {"nu": 3}), ("dpfp", {"nu": 7}),
+    ("favor", {"m": 5, "variant": "hyperbolic"}), ("favor", {"m": 6, "variant": "positive"}),
+    ("favor", {"m": 5, "variant": "hyperbolic", "stabilize": True, "input_scale": "performer"}),
+    ("elu", {}), ("softmax", {}),
+], ids=str)
+def test_scores_equal_explicit_features(name, params, normalise, queries):
+    extra = {"redraw": "never", "seed": 0} if name == "favor" else {}
+    phi = fm.build_feature_map(name, d_key=4, **params, **extra).double()
+    g = torch.Generator().manual_seed(1)
+    k = 2 * torch.randn(3, 7, 4, generator=g, dtype=torch.float64)
+    q = 2 * torch.randn(3, queries, 4, generator=g, dtype=torch.float64)
+    kw = dict(normalise=normalise, eps=1e-6, key_eps=1e-3)
+    fast = _value_and_grads(lambda k, q: phi.scores(k, q, **kw), k, q)
+    plain = _value_and_grads(_explicit_scores(phi, normalise, 1e-6, 1e-3), k, q)
+    assert fast[0].shape == (3, queries, 7)
+    for a, b in zip(fast, plain):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_dpfp_scores_keep_the_zero_key_nan():
+    phi = fm.build_feature_map("dpfp", d_key=4, nu=2).double()
+    k, q = torch.randn(2, 5, 4, dtype=torch.float64), torch.randn(2, 1, 4, dtype=torch.float64)
+    k[0, 2] = 0.0  # sum phi(k) = 0: 0/0 with key_eps = 0, as the explicit features
+    s = phi.scores(k, q, normalise=True, key_eps=0.0)
+    assert s[0, 0, 2].isnan() and s[0, 0, [0, 1, 3, 4]].isfinite().all() and s[1].isfinite().all()
+
+
+def test_favor_scores_use_the_projection_of_their_forward():
+    phi = fm.build_feature_map("favor", d_key=4, m=3, variant="hyperbolic", seed=0).double()
+    k = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
+    q = torch.randn(2, 1, 4, dtype=torch.float64)
+    omega = phi.projection
+    s = phi.scores(k, q)
+    phi.maybe_redraw()  # a new projection before the backward
+    assert not torch.equal(omega, phi.projection)
+    (grad,) = torch.autograd.grad(s.sum(), k)
+    phi.projection = omega
+    (expected,) = torch.autograd.grad(_explicit_scores(phi, False)(k, q).sum(), k)
+    torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_exp_where_float32_underflows():
+    x = torch.linspace(-300.0, 20.0, 200_001)
+    exact = x.double().exp()
+    fast = fm._exp(x)
+    assert torch.equal(fast == 0, exact.float() == 0)  # underflows exactly where float32 does
+    normal = exact > torch.finfo(torch.float32).tiny
+    rel = ((fast.double() - exact).abs() / exact)[normal]
+    assert rel.max() < 3 * torch.finfo(torch.float32).eps  # within 2-3 ulp of exp
+    sub = ~normal & (exact.float() > 0)  # subnormal results: within a few steps of 2^-149
+    assert ((fast.double() - exact).abs()[sub] <= 4 * 2.0**-149).all()
+    y = torch.tensor([-200.0, -95.0, -50.0, 1.0], requires_grad=True)
+    out = fm._exp(y)
+    out.sum().backward()
+    torch.testing.assert_close(y.grad, out.detach())  # exp' = exp
+    same = torch.tensor([-3.0, 0.5, 2.0])  # nothing underflows: torch.exp itself
+    assert torch.equal(fm._exp(same), same.exp())
+
+
+def test_elu_plus_one_and_its_derivative():
+    x = torch.cat([torch.linspace(-30, 30, 1001, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)])
+    fast = _value_and_grads(fm.Elu(1).fn, x)
+    plain = _value_and_grads(lambda x: torch.nn.functional.elu(x) + 1, x)
+    for a, b in zip(fast, plain):
+        torch.testing.assert_close(a, b, rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("m,n", [(1, 6), (6, 1), (4, 5), (1, 1)])
+def test_batched_dot_equals_bmm(m, n):
+    g = torch.Generator().manual_seed(2)
+    a, b = (torch.randn(3, r, 4, generator=g, dtype=torch.float64) for r in (m, n))
+    fast = _value_and_grads(fm.batched_dot, a, b)
+    plain = _value_and_grads(lambda a, b: a @ b.transpose(-1, -2), a, b)
+    for x, y in zip(fast, plain):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("L,queries", [(40, 1), (25, 6)])
+def test_delta_direct_read_equals_the_loop(L, queries):
+    g = torch.Generator().manual_seed(3)
+    k = torch.nn.functional.softplus(torch.randn(2, L, 6, generator=g, dtype=torch.float64))
+    q = torch.nn.functional.softplus(torch.randn(2, queries, 6, generator=g, dtype=torch.float64))
+    v = torch.randn(2, L, 5, generator=g, dtype=torch.float64)
+    beta = torch.sigmoid(torch.randn(2, L, generator=g, dtype=torch.float64))
+    k, q = k / k.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+    fast = _value_and_grads(memory._delta_read_direct, k, v, q, beta)
+    loop = _value_and_grads(lambda k, v, q, b: q @ memory._recurrent_state(k, v, b, "delta").transpose(1, 2),
+                            k, v, q, beta)
+    for a, b in zip(fast, loop):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_favor_scores_in_float32_where_features_underflow():
+    phi = fm.build_feature_map("favor", d_key=8, m=16, variant="hyperbolic", redraw="never", seed=0)
+    g = torch.Generator().manual_seed(4)
+    k, q = 4 * torch.randn(2, 50, 8, generator=g), 4 * torch.randn(2, 1, 8, generator=g)
+    assert (phi._logits(k, False, phi.projection) < -87).float().mean() > 0.1  # the slow regime
+    fast = _value_and_grads(phi.scores, k, q)
+    plain = _value_and_grads(_explicit_scores(phi, False), k, q)  # float32 too: same underflows
+    for a, b in zip(fast, plain):
+        scale = b.abs().max().item()
+        assert scale > 0
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * scale)
