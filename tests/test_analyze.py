@@ -129,7 +129,8 @@ def make_store(exp: Path) -> None:
     (exp / "runs" / "zz-corrupt").mkdir()
     (exp / "runs" / "zz-corrupt" / "summary.json").write_text('{"run_id": "zz-corrupt", ')
     (exp / "runs" / "zz-in-progress").mkdir()
-    (exp / "sweep.json").write_text(json.dumps({"wall_seconds": 4321.0}))
+    (exp / "sweep.json").write_text(json.dumps({"wall_seconds": 4321.0, "invocations": [
+        {"points": 60, "wall_seconds": 4321.0, "launcher": "BasicLauncher", "machine": "a CPU"}]}))
 
 
 def test_capacity_table_seeds_holes_diverged_infeasible(tmp_path):
@@ -207,7 +208,7 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
 
     report = (exp / "report.md").read_text()
     for needle in ("zz-in-progress", "zz-corrupt/summary.json", "ELU+1, seed 3: n_keys 40",
-                   "d_dot unreachable", "Sweep wall clock: 4321 s",
+                   "d_dot unreachable", "Sweep wall clock: 4321 s", "(partial sweep)", "Sweep machine: a CPU",
                    "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
                    "first failing n whose next grid point fails too", "![](loss_vs_keys.png)",
                    "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 |", "ELU+1 1.12 (fails_at)"):

@@ -349,8 +349,15 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
              f"max {wall.max():.1f} s per run)."]
     sweep = exp_dir / "sweep.json"
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        sweep_seconds = float(json.loads(sweep.read_text())["wall_seconds"])
-        lines.append(f"- Sweep wall clock: {sweep_seconds:.0f} s.")
+        history = json.loads(sweep.read_text())
+        lines.append(f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s over "
+                     f"{len(history.get('invocations', []))} invocation(s).")
+        planned = max(i["points"] for i in history["invocations"])
+        lines.append(f"- Points planned by the largest invocation: {planned}; with a summary: "
+                     f"{len(runs)}" + ("" if len(runs) >= planned else " (partial sweep)") + ".")
+        last = history["invocations"][-1]
+        if "machine" in last:
+            lines.append(f"- Sweep machine: {last['machine']}; launcher {last['launcher']}.")
     lines += ["", "## Failure-point rule", "", f"tau = {threshold:g}, accuracy threshold = "
               f"{accuracy_threshold:g}.", "", rule, "",
               f"## Capacity (loss criterion: final eval loss > {threshold:g})", ""]

@@ -10,6 +10,7 @@ After the launch it prints one line of totals and appends this invocation to
 ``<results_dir>/<experiment>/sweep.json`` (points, outcomes, wall seconds).
 """
 
+import contextlib
 import json
 import time
 from collections import Counter
@@ -22,6 +23,23 @@ from hydra.core.utils import JobStatus
 from omegaconf import OmegaConf
 
 from kernelzoo.store import atomic_write_text, point_done
+
+
+def machine() -> str:
+    """CPU model, cores and torch version of the machine running the sweep, for the report."""
+    import os
+    import platform
+
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return f"{cpu}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
 
 
 class GridSweeper(BasicSweeper):
@@ -92,6 +110,7 @@ class GridSweeper(BasicSweeper):
         history["invocations"].append({
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
             "points": len(points), "outcomes": dict(outcomes), "wall_seconds": round(wall, 1),
-            "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1]})
+            "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
+            "machine": machine()})
         history["wall_seconds"] = round(sum(i["wall_seconds"] for i in history["invocations"]), 1)
         atomic_write_text(path, json.dumps(history, indent=2) + "\n")
