@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 sweep: install  ## run a named sweep end to end, then its analysis: make sweep EXPERIMENT=quick
-	$(PY) -m kernelzoo.sweep $(EXPERIMENT) $(ARGS)
+	$(PY) -m kernelzoo.sweep $(EXPERIMENT) results_dir=$(RESULTS) $(ARGS)
 	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS)
 
 run: install  ## train one configuration: make run ARGS="feature_map=dpfp feature_map.nu=2 n_keys=260"
