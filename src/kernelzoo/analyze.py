@@ -347,6 +347,11 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
              f"kernelzoo {', '.join(sorted(map(str, runs['kernelzoo_version'].unique())))}.",
              f"- Wall time: {wall.sum():.0f} s summed over runs (median {wall.median():.1f} s, "
              f"max {wall.max():.1f} s per run)."]
+    capped = runs[runs["status"] == "max_steps"]
+    if len(capped):
+        lines.append(f"- {len(capped)} runs stopped at the step cap ({int(capped['steps'].max())} "
+                     "steps), not by the stopping rule: a failure there may be slow learning "
+                     "rather than lack of capacity.")
     sweep = exp_dir / "sweep.json"
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         history = json.loads(sweep.read_text())
