@@ -69,7 +69,7 @@ def cases(quick: bool = False) -> list[dict]:
         return [{"case": "train_step", "feature_map": "dpfp-3", "n_keys": 600},
                 {"case": "train_step", "feature_map": "linear", "n_keys": 20},
                 {"case": "eval", "feature_map": "dpfp-3", "n_keys": 100},
-                {"case": "delta_read", "feature_map": "dpfp-1", "n_keys": 200}]
+                {"case": "delta_read", "feature_map": "dpfp-1", "n_keys": 100}]
     rows = [{"case": "train_step", "feature_map": fm, "n_keys": s}
             for fm in MAPS for s in (20, 100, 200, 400, 600)]
     rows += [{"case": "eval", "feature_map": fm, "n_keys": s} for fm in MAPS for s in (100, 600)]
@@ -362,8 +362,10 @@ def targets(rows: list[dict]) -> list[str]:
         out.append(f"evaluation at n_keys {s}: the FLOP ratio of the two (the bound at equal "
                    "rates) is " + ", ".join(f"{r['feature_map']} {eval_flop_ratio(r, r['d_dot']):.0f}x"
                                             for r in evals if r["n_keys"] == s))
-    out += [check("delta rule train step, L 400", [r for r in rows if r["case"] == "delta"], 10),
-            check("delta rule read alone, L 400", [r for r in rows if r["case"] == "delta_read"], 10)]
+    for case, what in (("delta", "delta rule train step"), ("delta_read", "delta rule read alone")):
+        for s in sorted({r["n_keys"] for r in rows if r["case"] == case}):
+            out.append(check(f"{what}, L {2 * s}",
+                             [r for r in rows if r["case"] == case and r["n_keys"] == s], 10))
     floor = [r for r in train if r["n_keys"] == 20]
     if floor:
         out.append("framework floor, the train step at n_keys 20 (kernelzoo / baseline): "

@@ -25,6 +25,7 @@ import numbers
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 
 class ConfigError(ValueError):
@@ -338,6 +339,7 @@ class _DPFPScores(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
         k, w = ctx.saved_tensors
         d = k.shape[-1]
@@ -581,6 +583,7 @@ class _FavorKeyScores(torch.autograd.Function):
         return out.mul_(c)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
         k, fq, projection = ctx.saved_tensors
         phi, m = ctx.phi, projection.shape[0]

@@ -264,7 +264,8 @@ def fit(cfg: DictConfig, p: dict, rid: str, path, tracker: tracking.Tracker, ech
                            mem.key_eps, mem.chunk_size).to(device=device, dtype=dtype)
     task = RetrievalTask(cfg.n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,
                          cfg.seed, device)
-    opt = torch.optim.Adam(model.parameters(), lr=tr.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=tr.lr,
+                           fused=device.type in ("cpu", "cuda"))  # one kernel for all params
     window = torch.zeros(tr.eval_every, device=device, dtype=dtype)
     curve = store.CurveWriter(path)
     show = sys.stderr.isatty() if tr.progress == "auto" else tr.progress == "true"
