@@ -223,7 +223,7 @@ def peak_mb_here(row: dict, side: str, device: torch.device) -> float:
         pass
     before = _rss_mb()
     fn()
-    return _peak_rss_mb() - before
+    return max(0.0, _peak_rss_mb() - before)  # the high-water mark cannot fall: noise
 
 
 def peak_mb(row: dict, side: str, device: torch.device, threads: int) -> float:
