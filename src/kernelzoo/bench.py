@@ -288,7 +288,7 @@ def cpu_model() -> str:
 
 
 NOTES = """\
-- Both sides use fused Adam (`ADAM`); `train.fit` must pass `fused=True` too for its steps to
+- Both sides use fused Adam (`ADAM`); `train.fit` passes `fused=True` too, so its steps
   match the kernelzoo column (Adam's step alone: ~5.8 -> ~1.7 ms on 1.8M parameters, 1 thread).
 - Small n_keys: both sides are bound by per-op framework overhead (the n_keys 20 rows: ~1-7 ms
   for ~100 small ops forward and backward), so ratios there sit near 1-2x; no eager-mode
