@@ -170,3 +170,13 @@ def test_published_capacity_dpfp1_60_converges_elu_120_does_not(tmp_path):
     by_map = {s["feature_map"]: s for s in map(store.read_summary, run_dirs(tmp_path))}
     assert by_map["dpfp"]["status"] == "converged"
     assert by_map["elu"]["status"] != "converged" and by_map["elu"]["final_eval_loss"] > 1e-2
+
+
+def test_multirun_with_local_workers_from_python_dash_m(tmp_path):
+    """`python -m kernelzoo.train -m launcher=local` works: workers can import the task."""
+    res = cli("-m", "launcher=local", "hydra.launcher.n_jobs=2", "feature_map=elu", "n_keys=3,4",
+              "d_key=4", "trainer=smoke", "trainer.max_steps=50", f"results_dir={tmp_path}",
+              "logger=none")
+    assert res.returncode == 0, res.stderr[-2000:]
+    summaries = [store.read_summary(p) for p in run_dirs(tmp_path)]
+    assert sorted(s["n_keys"] for s in summaries) == [3, 4]

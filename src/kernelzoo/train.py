@@ -486,4 +486,8 @@ def _app(cfg: DictConfig) -> str | None:
 
 
 if __name__ == "__main__":
-    main()
+    # run the importable module's app, not __main__'s: process-pool launchers (joblib) pickle
+    # the task function by reference and their workers import it as kernelzoo.train
+    from kernelzoo.train import main as importable_main
+
+    importable_main()
