@@ -92,8 +92,7 @@ class FeatureMap(nn.Module):
         with a cheaper computation of the same numbers (DPFP does, for one query)."""
         fk, fq = self(k), self(q, is_query=True)
         if normalise:
-            fk = fk / (fk.sum(-1, keepdim=True) + key_eps)
-            fq = fq / (fq.sum(-1, keepdim=True) + eps)
+            fk, fq = sum_normalise(fk, key_eps), sum_normalise(fq, eps)
         return batched_dot(fq, fk)
 
     @classmethod
@@ -291,6 +290,11 @@ class _BatchedDot(torch.autograd.Function):
             grad_t = grad.transpose(-1, -2)
             grad_b = grad_t * a if a.shape[-2] == 1 else grad_t @ a
         return grad_a, grad_b
+
+
+def sum_normalise(phi, eps):
+    """phi / (sum_i phi_i + eps): sum normalisation of feature vectors (§7.2)."""
+    return phi / (phi.sum(-1, keepdim=True) + eps)
 
 
 def batched_dot(a, b):

@@ -34,6 +34,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .feature_maps import sum_normalise
+
 UPDATE_RULES = ("sum", "delta", "fwm")
 NORMALISATIONS = ("attention", "sum", "none")
 FWM_LAYER_NORM_EPS = 1e-5  # task spec: LayerNorm of the fwm output, no affine parameters
@@ -51,8 +53,7 @@ def _validate(update_rule, normalisation, beta):
 def _normalise(phi_k, phi_q, update_rule, normalisation, eps, key_eps):
     """Keys and queries as the update rule and the read see them (sum normalisation, §7.2)."""
     if update_rule != "fwm" and normalisation == "sum":
-        phi_k = phi_k / (phi_k.sum(-1, keepdim=True) + key_eps)
-        phi_q = phi_q / (phi_q.sum(-1, keepdim=True) + eps)
+        phi_k, phi_q = sum_normalise(phi_k, key_eps), sum_normalise(phi_q, eps)
     return phi_k, phi_q
 
 

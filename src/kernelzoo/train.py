@@ -202,6 +202,13 @@ def _name_params(feature_map: str, params: dict) -> dict:
     return {k: params[k] for k in shown if params.get(k) is not None}
 
 
+def locate(cfg: DictConfig, identity: dict) -> tuple[str, Path]:
+    """The run id of ``identity`` and its directory in the store."""
+    params = _name_params(identity["feature_map"], identity["feature_map_params"])
+    rid = store.run_id(identity, params)
+    return rid, store.run_dir(cfg.results_dir, cfg.experiment, rid)
+
+
 def raw_identity(cfg: DictConfig) -> dict:
     """Identity of a point that could not be planned (for its infeasible record)."""
     fm = OmegaConf.to_container(cfg.feature_map, resolve=True)
@@ -337,9 +344,7 @@ def run(cfg: DictConfig, echo=print) -> tuple[str, dict | None]:
     except InfeasibleError as err:
         return record_infeasible(cfg, raw_identity(cfg), str(err), echo)
     identity = p["identity"]
-    rid = store.run_id(identity, _name_params(identity["feature_map"],
-                                              identity["feature_map_params"]))
-    path = store.run_dir(cfg.results_dir, cfg.experiment, rid)
+    rid, path = locate(cfg, identity)
     if cfg.dry_run:
         echo(f"plan {rid}: d_dot {identity['d_dot']}, "
              f"{'done' if store.is_done(path) else 'to train'}")
@@ -394,9 +399,7 @@ def train_claimed(cfg, p, identity, rid, path, echo) -> dict:
 
 
 def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
-    params = identity["feature_map_params"]
-    rid = store.run_id(identity, _name_params(identity["feature_map"], params))
-    path = store.run_dir(cfg.results_dir, cfg.experiment, rid)
+    rid, path = locate(cfg, identity)
     if cfg.dry_run:
         echo(f"infeasible {rid}: {reason}")
         return rid, None
