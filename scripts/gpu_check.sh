@@ -6,8 +6,8 @@
 # 1. finds a Python whose torch sees a GPU ($PYTHON, .venv/bin/python, python3; else it tries to
 #    create .venv-gpu with `pip install torch` and the project, which needs network access);
 # 2. correctness on cuda: the fast path against the reference and against the CPU, outputs and
-#    gradients, for every Figure 2 map and the delta rule (inline below), then the test files
-#    with KERNELZOO_TEST_DEVICE=cuda when they honour that switch;
+#    gradients, for every Figure 2 map and the delta rule (inline below), then the fast-path
+#    tests of tests/test_model.py and tests/test_memory.py with KERNELZOO_TEST_DEVICE=cuda;
 # 3. the benchmark on cuda (python -m kernelzoo.bench --device cuda) -> OUT_DIR/bench/;
 # 4. the figure2 sweep on the GPU with N_JOBS runs packed on it, stopped by its timeout (a rerun
 #    resumes: finished runs are skipped) -> OUT_DIR/sweep/;
@@ -105,12 +105,8 @@ for name, params, rule, S, queries in CASES:
 print(f"{len(CASES) - failures}/{len(CASES)} checks on {GPU} passed")
 raise SystemExit(1 if failures else 0)
 EOF
-if grep -q KERNELZOO_TEST_DEVICE tests/test_model.py tests/test_memory.py 2>/dev/null; then
-    KERNELZOO_TEST_DEVICE=$DEVICE timeout -k 10 "$TESTS_TIMEOUT" "$PY" -m pytest -q -x \
-        tests/test_model.py tests/test_memory.py || STATUS=1
-else
-    echo "tests/test_model.py and tests/test_memory.py have no KERNELZOO_TEST_DEVICE switch: the inline check above stands in"
-fi
+KERNELZOO_TEST_DEVICE=$DEVICE timeout -k 10 "$TESTS_TIMEOUT" "$PY" -m pytest -q -x -p no:cacheprovider \
+    tests/test_model.py tests/test_memory.py || STATUS=1
 
 step "3. benchmark on $DEVICE"
 # shellcheck disable=SC2086

@@ -1,9 +1,18 @@
+"""Tests for kernelzoo.memory: the worked examples, the fast paths against the literal recurrence
+(``read_reference``), fwm, delta-rule properties and the softmax baseline.
+
+``KERNELZOO_TEST_DEVICE=cuda`` runs the fast-path-against-reference test on that device
+(``scripts/gpu_check.sh`` does); everything else stays on the CPU."""
+
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from kernelzoo.memory import NORMALISATIONS, read, read_reference, softmax_read
 
+DEVICE = torch.device(os.environ.get("KERNELZOO_TEST_DEVICE", "cpu"))
 RULES_FAST = ("sum", "delta")
 # (B, L, Q, D, d_v, chunk_size): L not a multiple of the chunk, L < chunk, Q = 1 and Q > 1,
 # D > d_v and D < d_v, B = 1 and B > 1. (1, 10, 50, 4, 3) makes the sum rule materialise W,
@@ -16,14 +25,14 @@ SHAPES = [
 ]
 
 
-def _inputs(B, L, Q, D, d_v, dtype, seed=0):
+def _inputs(B, L, Q, D, d_v, dtype, seed=0, device="cpu"):
     """Positive features with |phi(k)|^2 ~ 1, so the raw-key delta rule stays contractive."""
     g = torch.Generator().manual_seed(seed)
     phi_k = F.softplus(torch.randn(B, L, D, generator=g, dtype=dtype)) / D**0.5
     v = torch.randn(B, L, d_v, generator=g, dtype=dtype)
     phi_q = F.softplus(torch.randn(B, Q, D, generator=g, dtype=dtype)) / D**0.5
     beta = torch.sigmoid(torch.randn(B, L, generator=g, dtype=dtype))
-    return [x.requires_grad_() for x in (phi_k, v, phi_q, beta)]
+    return [x.to(device).requires_grad_() for x in (phi_k, v, phi_q, beta)]
 
 
 def _y_and_grads(fn, inputs, w, **kw):
@@ -75,14 +84,14 @@ TOLERANCES = {torch.float32: 1e-5, torch.float64: 1e-10}
 def test_read_matches_reference(update_rule, normalisation, dtype):
     tol = TOLERANCES[dtype]
     for B, L, Q, D, d_v, chunk in SHAPES:
-        inputs = _inputs(B, L, Q, D, d_v, dtype)
-        w = torch.randn(B, Q, d_v, dtype=dtype, generator=torch.Generator().manual_seed(1))
+        inputs = _inputs(B, L, Q, D, d_v, dtype, device=DEVICE)
+        w = torch.randn(B, Q, d_v, dtype=dtype, generator=torch.Generator().manual_seed(1)).to(DEVICE)
         kw = dict(update_rule=update_rule, normalisation=normalisation)
         fast = _y_and_grads(read, inputs, w, chunk_size=chunk, **kw)
         ref = _y_and_grads(read_reference, inputs, w, **kw)
         assert len(fast) == len(ref) == (5 if update_rule == "delta" else 4)
         for a, b in zip(fast, ref):
-            assert a.dtype == dtype
+            assert a.dtype == dtype and a.device.type == DEVICE.type
             torch.testing.assert_close(a, b, rtol=tol, atol=tol * b.abs().max().item())
 
 

@@ -1,8 +1,12 @@
 """Tests for kernelzoo.model (fast path) against kernelzoo.reference (the literal transcription of
 task-spec "Model", the test oracle), the spec's initialisation, the loss, and the one-pass
-evaluation of kernelzoo.train.evaluate. Small sizes, one thread: the module runs in seconds."""
+evaluation of kernelzoo.train.evaluate. Small sizes, one thread: the module runs in seconds.
+
+``KERNELZOO_TEST_DEVICE=cuda`` runs the fast-path-against-reference tests on that device
+(``scripts/gpu_check.sh`` does); everything else stays on the CPU."""
 
 import math
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +22,7 @@ from kernelzoo.train import TrainerConf, evaluate
 torch.set_num_threads(1)
 
 CPU = torch.device("cpu")
+DEVICE = torch.device(os.environ.get("KERNELZOO_TEST_DEVICE", "cpu"))
 
 # (id, feature map, map params, d_key, update rule, normalisation, key_eps)
 CONFIGS = [
@@ -67,21 +72,21 @@ def make_phi(name, params, d_key):
     return build_feature_map(name, d_key=d_key, **params)
 
 
-def make_model(config, n_keys=S_SMALL, dtype=torch.float64, seed=0, chunk_size=5):
+def make_model(config, n_keys=S_SMALL, dtype=torch.float64, seed=0, chunk_size=5, device=CPU):
     _, name, params, d_key, rule, norm, key_eps = config
     torch.manual_seed(seed)
     phi = make_phi(name, params, d_key)
     model = RetrievalModel(n_keys, phi, rule, norm, key_eps=key_eps, chunk_size=chunk_size)
-    return model.to(dtype)
+    return model.to(device=device, dtype=dtype)
 
 
-def make_task(n_keys, replacement, seed=0, eval_seq_len=None):
+def make_task(n_keys, replacement, seed=0, eval_seq_len=None, device=CPU):
     L = 2 * n_keys if replacement else n_keys
-    return RetrievalTask(n_keys, L, eval_seq_len or n_keys, replacement, seed=seed, device=CPU)
+    return RetrievalTask(n_keys, L, eval_seq_len or n_keys, replacement, seed=seed, device=device)
 
 
-def make_batch(n_keys, replacement, queries, seed=0):
-    task = make_task(n_keys, replacement, seed)
+def make_batch(n_keys, replacement, queries, seed=0, device=CPU):
+    task = make_task(n_keys, replacement, seed, device=device)
     if queries == "one":
         return task.train_batch(B_SMALL)
     return task.eval_batch(B_SMALL, max_queries=200)
@@ -116,16 +121,17 @@ ILL_CONDITIONED_F32 = {"trig-sum-attention", "identity-sum-attention"}
 @pytest.mark.parametrize("setting", list(SETTINGS))
 @pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
 def test_fast_path_equals_reference(config, setting, queries, dtype):
-    model = make_model(config, dtype=dtype)
-    batch = make_batch(S_SMALL, SETTINGS[setting], queries)
+    model = make_model(config, dtype=dtype, device=DEVICE)
+    batch = make_batch(S_SMALL, SETTINGS[setting], queries, device=DEVICE)
     g = torch.Generator().manual_seed(1)
-    weights = torch.randn(batch.query.shape + (S_SMALL,), generator=g, dtype=torch.float64).to(dtype)
+    weights = torch.randn(batch.query.shape + (S_SMALL,), generator=g, dtype=torch.float64)
+    weights = weights.to(DEVICE, dtype)
 
     y_fast, g_fast = outputs_and_grads(model, lambda m, *a: m(*a), batch, weights)
     y_ref, g_ref = outputs_and_grads(model, reference_forward, batch, weights)
 
     assert y_fast.shape == y_ref.shape == batch.query.shape + (S_SMALL,)
-    assert y_fast.dtype == dtype
+    assert y_fast.dtype == dtype and y_fast.device.type == DEVICE.type
     assert torch.isfinite(y_ref).all()
     rtol, atol = TOL[dtype]
     if dtype == torch.float32 and config[0] in ILL_CONDITIONED_F32:
@@ -152,8 +158,8 @@ def test_fast_path_equals_reference(config, setting, queries, dtype):
 @pytest.mark.parametrize("rule", ["delta", "fwm"])
 def test_fast_path_equals_reference_any_chunk_size(rule, chunk_size):
     config = ("elu", "elu", {}, 6, rule, "sum", 0.0)
-    model = make_model(config, n_keys=10, chunk_size=chunk_size)
-    batch = make_batch(10, True, "many")
+    model = make_model(config, n_keys=10, chunk_size=chunk_size, device=DEVICE)
+    batch = make_batch(10, True, "many", device=DEVICE)
     y_fast = model(batch.keys, batch.values, batch.query)
     y_ref = reference_forward(model, batch.keys, batch.values, batch.query)
     assert_close_scaled(y_fast, y_ref, 1e-10, 1e-10)
