@@ -130,7 +130,8 @@ def make_store(exp: Path) -> None:
     (exp / "runs" / "zz-corrupt" / "summary.json").write_text('{"run_id": "zz-corrupt", ')
     (exp / "runs" / "zz-in-progress").mkdir()
     (exp / "sweep.json").write_text(json.dumps({"wall_seconds": 4321.0, "invocations": [
-        {"points": 60, "wall_seconds": 4321.0, "launcher": "BasicLauncher", "machine": "a CPU"}]}))
+        {"points": 60, "wall_seconds": 4321.0, "launcher": "BasicLauncher", "machine": "a CPU",
+         "outcomes": {"skipped": 10, "converged": 50}}]}))
 
 
 def test_capacity_table_seeds_holes_diverged_infeasible(tmp_path):
@@ -208,7 +209,8 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
 
     report = (exp / "report.md").read_text()
     for needle in ("zz-in-progress", "zz-corrupt/summary.json", "ELU+1, seed 3: n_keys 40",
-                   "d_dot unreachable", "Sweep wall clock: 4321 s", "(partial sweep)", "Sweep machine: a CPU",
+                   "d_dot unreachable", "Sweep wall clock: 4321 s over 1 invocation(s): 4321 s for 60 points (50 trained).",
+                   "24,000 training steps (250 per second of run time).", "(partial sweep)", "Sweep machine: a CPU",
                    "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
                    "first failing n whose next grid point fails too", "![](loss_vs_keys.png)",
                    "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 |", "ELU+1 1.12 (fails_at)"):

@@ -336,6 +336,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     rule = __doc__.partition("---\n")[2].strip()  # the docstring's failure-point section
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
+    steps = int(runs["steps"].fillna(0).sum())
     lines = [f"# Capacity analysis: `{experiment}`", "", "## What was run", "",
              f"- {len(runs)} runs with a summary ({status}); {len(capacity)} configurations.",
              f"- d_key: {', '.join(map(str, sorted(runs['d_key'].unique())))}; update rules: "
@@ -346,7 +347,8 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
              f"- Machine: {', '.join(f'{d} ({c} runs)' for d, c in devices.items())}; "
              f"kernelzoo {', '.join(sorted(map(str, runs['kernelzoo_version'].unique())))}.",
              f"- Wall time: {wall.sum():.0f} s summed over runs (median {wall.median():.1f} s, "
-             f"max {wall.max():.1f} s per run)."]
+             f"max {wall.max():.1f} s per run); {steps:,} training steps"
+             + (f" ({steps / wall.sum():.0f} per second of run time)." if wall.sum() > 0 else ".")]
     capped = runs[runs["status"] == "max_steps"]
     if len(capped):
         lines.append(f"- {len(capped)} runs stopped at the step cap ({int(capped['steps'].max())} "
@@ -355,8 +357,11 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     sweep = exp_dir / "sweep.json"
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         history = json.loads(sweep.read_text())
+        parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
+                 + (f" ({i['points'] - i['outcomes'].get('skipped', 0)} trained)"
+                    if "outcomes" in i else "") for i in history["invocations"]]
         lines.append(f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s over "
-                     f"{len(history.get('invocations', []))} invocation(s).")
+                     f"{len(parts)} invocation(s): {'; '.join(parts)}.")
         planned = max(i["points"] for i in history["invocations"])
         lines.append(f"- Points planned by the largest invocation: {planned}; with a summary: "
                      f"{len(runs)}" + ("" if len(runs) >= planned else " (partial sweep)") + ".")
