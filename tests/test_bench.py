@@ -1,6 +1,7 @@
 """The benchmark's machinery on tiny cases (no timing assertions): rows, CSV and report."""
 
 import csv
+import json
 import math
 
 import pytest
@@ -43,9 +44,28 @@ def test_csv_and_markdown(tmp_path):
     assert len(body) == 1 and len(body[0]) == len(bench.COLUMNS)
     assert body[0][:4] == ["train_step", "linear", "10", "64"]
     assert body[0][7] == ""  and float(body[0][8]) >= 0  # baseline peak not measured: empty
-    bench.write_markdown(rows, tmp_path / "bench.md", CPU, "cpu", (50.0, 10.0), 1.0)
+    bench.write_markdown(rows, tmp_path / "bench.md", CPU, "cpu", (50.0, 10.0), 1.0, ["sweep line"])
     text = (tmp_path / "bench.md").read_text()
     assert "| train_step | linear | 10 | 64 |" in text and "GFLOP/s" in text
+    assert "\n- sweep line\n" in text
+
+
+def test_sweep_targets_read_each_sweep_json(tmp_path):
+    (tmp_path / "figure2").mkdir()
+    (tmp_path / "figure2" / "sweep.json").write_text(json.dumps({"wall_seconds": 7743.0, "invocations": [
+        {"points": 80, "wall_seconds": 882.0, "outcomes": {"skipped": 0, "plateau": 80}},
+        {"points": 240, "wall_seconds": 6861.0, "outcomes": {"skipped": 80, "plateau": 160},
+         "machine": "a CPU"}]}))
+    quick, figure2 = bench.sweep_targets(tmp_path)
+    assert quick == f"`quick` sweep in at most 5 min: no sweep recorded in {tmp_path / 'quick'}"
+    assert figure2 == ("`figure2` sweep in at most 60 min: NOT met (129 min for 240 trained points "
+                       "over 2 invocation(s) on a CPU)")
+    (tmp_path / "quick").mkdir()
+    (tmp_path / "quick" / "sweep.json").write_text(json.dumps({"wall_seconds": 91.8, "invocations": [
+        {"points": 32, "wall_seconds": 91.8}]}))
+    assert bench.sweep_targets(tmp_path)[0] == ("`quick` sweep in at most 5 min: met (2 min for 32 "
+                                                "trained points over 1 invocation(s) on an "
+                                                "unrecorded machine)")
 
 
 def test_case_lists():
