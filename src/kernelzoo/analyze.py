@@ -46,7 +46,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from kernelzoo import plots, tracking
 from kernelzoo.store import (CURVE_COLUMNS, StoreError, atomic_write_text, experiment_dir,
-                             read_summary)
+                             read_summary, read_sweep, trained_points)
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
@@ -354,20 +354,20 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
         lines.append(f"- {len(capped)} runs stopped at the step cap ({int(capped['steps'].max())} "
                      "steps), not by the stopping rule: a failure there may be slow learning "
                      "rather than lack of capacity.")
-    sweep = exp_dir / "sweep.json"
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        history = json.loads(sweep.read_text())
-        parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
-                 + (f" ({i['points'] - i['outcomes'].get('skipped', 0)} trained)"
-                    if "outcomes" in i else "") for i in history["invocations"]]
-        lines.append(f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s over "
-                     f"{len(parts)} invocation(s): {'; '.join(parts)}.")
-        planned = max(i["points"] for i in history["invocations"])
-        lines.append(f"- Points planned by the largest invocation: {planned}; with a summary: "
-                     f"{len(runs)}" + ("" if len(runs) >= planned else " (partial sweep)") + ".")
-        last = history["invocations"][-1]
-        if "machine" in last:
-            lines.append(f"- Sweep machine: {last['machine']}; launcher {last['launcher']}.")
+    history = read_sweep(exp_dir)
+    if history is not None:
+        with contextlib.suppress(ValueError, TypeError, KeyError):  # a record lacking a field
+            parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
+                     + (f" ({trained_points(i)} trained)" if "outcomes" in i else "")
+                     for i in history["invocations"]]
+            lines.append(f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s over "
+                         f"{len(parts)} invocation(s): {'; '.join(parts)}.")
+            planned = max(i["points"] for i in history["invocations"])
+            lines.append(f"- Points planned by the largest invocation: {planned}; with a summary: "
+                         f"{len(runs)}" + ("" if len(runs) >= planned else " (partial sweep)") + ".")
+            last = history["invocations"][-1]
+            if "machine" in last:
+                lines.append(f"- Sweep machine: {last['machine']}; launcher {last['launcher']}.")
     lines += ["", "## Failure-point rule", "", f"tau = {threshold:g}, accuracy threshold = "
               f"{accuracy_threshold:g}.", "", rule, "",
               f"## Capacity (loss criterion: final eval loss > {threshold:g})", ""]

@@ -34,7 +34,6 @@ import csv
 import gc
 import json
 import math
-import platform
 import resource
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from . import memory
+from . import memory, store
 from .feature_maps import build_feature_map
 from .model import RetrievalModel, retrieval_loss
 from .reference import reference_eval_forward, reference_forward
@@ -77,6 +76,11 @@ def cases(quick: bool = False) -> list[dict]:
     return rows + [{"case": c, "feature_map": "dpfp-1", "n_keys": 200} for c in ("delta", "delta_read")]
 
 
+def baseline_eval_sequences(n_keys: int) -> int:
+    """Sequences the baseline evaluation is timed on (they are independent, equal work)."""
+    return EVAL_SEQUENCES if n_keys <= 100 else EVAL_BASELINE_SEQUENCES
+
+
 def setup(row: dict, side: str, device: torch.device):
     """A callable doing one unit of the row's work on one side, and the model it uses."""
     name, params = MAPS[row["feature_map"]]
@@ -89,7 +93,7 @@ def setup(row: dict, side: str, device: torch.device):
     if row["case"] == "eval":
         model.eval()
         b = task.eval_batch(EVAL_SEQUENCES, EVAL_QUERIES)
-        n_seq = EVAL_SEQUENCES if S <= 100 else EVAL_BASELINE_SEQUENCES
+        n_seq = baseline_eval_sequences(S)
 
         @torch.no_grad()
         def evaluation():
@@ -247,8 +251,8 @@ def run_row(row: dict, device: torch.device, clock: str, rates, threads: int, me
     for side in ("baseline", "kernelzoo"):
         fns[side], model = setup(row, side, device)
     ms = best_ms(fns, device, clock, budget_s, max_repeats)
-    if row["case"] == "eval" and row["n_keys"] > 100:  # measured on fewer sequences
-        ms["baseline"] *= EVAL_SEQUENCES / EVAL_BASELINE_SEQUENCES
+    if row["case"] == "eval":  # timed on baseline_eval_sequences, scaled to all of them
+        ms["baseline"] *= EVAL_SEQUENCES / baseline_eval_sequences(row["n_keys"])
     del fns
     for side in ("baseline", "kernelzoo"):
         out[f"{side}_ms"] = ms[side]
@@ -278,14 +282,6 @@ def _cell(value, fmt: str) -> str:
     if isinstance(value, float):
         return "" if math.isnan(value) else fmt.format(value)
     return str(value)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 NOTES = """\
@@ -318,7 +314,7 @@ def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
     gpu = f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
     lines = [
         "# kernelzoo benchmark", "",
-        f"- machine: {cpu_model()}, {cores} cores{gpu}; torch {torch.__version__}, "
+        f"- machine: {store.cpu_model()}, {cores} cores{gpu}; torch {torch.__version__}, "
         f"{torch.get_num_threads()} thread(s), device {device}",
         f"- command: `{' '.join(['python -m kernelzoo.bench'] + sys.argv[1:])}` ({seconds:.0f} s)",
         f"- clock: {'thread CPU time' if clock == 'cpu' else 'wall time'}, best of repeats "
@@ -341,14 +337,12 @@ def sweep_targets(results: Path) -> list[str]:
     out = []
     for name, minutes in SWEEP_MINUTES.items():
         what = f"`{name}` sweep in at most {minutes} min"
-        try:
-            history = json.loads((results / name / "sweep.json").read_text())
-            runs = history["invocations"]
-            wall = float(history["wall_seconds"]) / 60
-        except (OSError, ValueError, KeyError, TypeError):
+        history = store.read_sweep(results / name)
+        if history is None:
             out.append(f"{what}: no sweep recorded in {results / name}")
             continue
-        trained = sum(i["points"] - i.get("outcomes", {}).get("skipped", 0) for i in runs)
+        runs, wall = history["invocations"], float(history["wall_seconds"]) / 60
+        trained = sum(map(store.trained_points, runs))
         out.append(f"{what}: {'met' if wall <= minutes else 'NOT met'} ({wall:.0f} min for "
                    f"{trained} trained points over {len(runs)} invocation(s) on "
                    f"{runs[-1].get('machine', 'an unrecorded machine')})")

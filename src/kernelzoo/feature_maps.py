@@ -516,11 +516,11 @@ class Favor(_RandomFeatures):
         return 2 if params.get("variant") == "hyperbolic" else 1
 
     def forward(self, x, is_query=False):
-        return _exp(self._logits(x, is_query, self.projection)) / math.sqrt(self.d_dot)
+        return _exp(self._logits(x, is_query)) / math.sqrt(self.d_dot)
 
-    def _logits(self, x, is_query, projection):
+    def _logits(self, x, is_query):
         x = x * self.scale
-        wx = x @ projection.to(x.dtype).T
+        wx = x @ self.projection.to(x.dtype).T
         if self.variant == "hyperbolic":
             wx = torch.cat([wx, -wx], dim=-1)
         logits = wx - (x * x).sum(-1, keepdim=True) / 2
@@ -578,7 +578,7 @@ class _FavorKeyScores(torch.autograd.Function):
         out = k.new_empty(k.shape[0], fq.shape[1], k.shape[1])
         exps = []
         for b in slices:
-            e = _exp(phi._logits(k[b], False, projection))
+            e = _exp(phi._logits(k[b], False))
             torch.matmul(fq[b], e.transpose(-1, -2), out=out[b])
             if any(ctx.needs_input_grad):
                 exps.append(e)

@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import shutil
 import tempfile
 from pathlib import Path
@@ -105,6 +106,36 @@ def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
 
 def run_dir(results_dir: str | Path, experiment: str, rid: str) -> Path:
     return experiment_dir(results_dir, experiment) / "runs" / rid
+
+
+def sweep_file(exp_dir: str | Path) -> Path:
+    """The sweeper's record of an experiment's invocations: ``{"invocations": [{"points",
+    "outcomes", "wall_seconds", "launcher", "machine", ...}], "wall_seconds": total}``."""
+    return Path(exp_dir) / "sweep.json"
+
+
+def read_sweep(exp_dir: str | Path) -> dict | None:
+    """The sweep record of ``exp_dir``, or None when there is none or it is unreadable."""
+    try:
+        history = json.loads(sweep_file(exp_dir).read_text())
+        float(history["wall_seconds"]), list(history["invocations"])
+        return history
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def trained_points(invocation: dict) -> int:
+    """Points an invocation ran rather than skipped (all of them for a record without outcomes)."""
+    return invocation["points"] - invocation.get("outcomes", {}).get("skipped", 0)
+
+
+def cpu_model() -> str:
+    """The CPU's model name, recorded with sweeps and benchmarks."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine() or "unknown"
 
 
 def atomic_write_text(path: Path, text: str) -> None:

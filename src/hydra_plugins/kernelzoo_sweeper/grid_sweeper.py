@@ -10,8 +10,8 @@ After the launch it prints one line of totals and appends this invocation to
 ``<results_dir>/<experiment>/sweep.json`` (points, outcomes, wall seconds).
 """
 
-import contextlib
 import json
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,24 +22,15 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from omegaconf import OmegaConf
 
-from kernelzoo.store import atomic_write_text, point_done
+from kernelzoo.store import atomic_write_text, cpu_model, experiment_dir, point_done, sweep_file
 
 
 def machine() -> str:
     """CPU model, cores and torch version of the machine running the sweep, for the report."""
-    import os
-    import platform
-
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
     gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{cpu}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
+    return f"{cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
 
 
 class GridSweeper(BasicSweeper):
@@ -101,7 +92,7 @@ class GridSweeper(BasicSweeper):
         return returns
 
     def _record(self, points, outcomes, start, wall) -> None:
-        path = Path(self.config.results_dir) / self.config.experiment / "sweep.json"
+        path = sweep_file(experiment_dir(self.config.results_dir, self.config.experiment))
         with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
             self._append(path, points, outcomes, start, wall)
 
