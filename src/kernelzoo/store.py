@@ -84,20 +84,24 @@ def index_point(results_dir, experiment: str, overrides: list[str], rid: str) ->
     atomic_write_text(_point_file(results_dir, experiment, overrides), rid + "\n")
 
 
-def point_done(results_dir, experiment: str, overrides: list[str]) -> bool:
-    """True when this exact point, under the current configs, names a finished run.
+def point_summary(results_dir, experiment: str, overrides: list[str]) -> dict | None:
+    """The summary of the finished run this exact point names under the current configs, or
+    None (not in the index, not finished, or unreadable: the point's own job reports that).
 
     Lets a rerun of a finished sweep skip its points in milliseconds instead of composing each
-    config; a point not in the index simply goes through the normal path.
+    config, and lets a search read its probes back; a point not in the index simply goes
+    through the normal path.
     """
     file = _point_file(results_dir, experiment, overrides)
-    if not file.is_file():
-        return False
     try:
-        read_summary(run_dir(results_dir, experiment, file.read_text().strip()))
-    except StoreError:
-        return False  # missing or corrupted: the point's own job reports it
-    return True
+        return read_summary(run_dir(results_dir, experiment, file.read_text().strip()))
+    except (OSError, StoreError):
+        return None
+
+
+def point_done(results_dir, experiment: str, overrides: list[str]) -> bool:
+    """True when this exact point, under the current configs, names a finished run."""
+    return point_summary(results_dir, experiment, overrides) is not None
 
 
 def experiment_dir(results_dir: str | Path, experiment: str) -> Path:

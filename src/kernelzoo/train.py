@@ -73,8 +73,8 @@ class LoggerConf:
     entity: str | None = None
 
 
-TOP_LEVEL = {"feature_map", "memory", "task", "trainer", "logger", "n_keys", "d_key", "d_dot",
-             "seed", "results_dir", "experiment", "force", "dry_run"}
+TOP_LEVEL = {"feature_map", "memory", "task", "trainer", "logger", "search", "n_keys", "d_key",
+             "d_dot", "seed", "results_dir", "experiment", "force", "dry_run"}
 SCHEMAS = {"task": TaskConf, "memory": MemoryConf, "trainer": TrainerConf, "logger": LoggerConf}
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress")}  # how, not what, is computed
 
@@ -430,7 +430,7 @@ def writable(path: Path) -> None:
 CONF = str(Path(__file__).resolve().parents[2] / "conf")  # the repo's conf/
 
 
-GROUPS = ("feature_map", "memory", "task", "trainer", "logger", "launcher")
+GROUPS = ("feature_map", "memory", "task", "trainer", "logger", "launcher", "search")
 
 
 def check_choices(argv: list[str]) -> None:

@@ -6,6 +6,9 @@ basic sweeper's syntax; the union of their points (duplicates dropped) goes to w
 is configured (basic, joblib for local workers, submitit for SLURM). Command-line sweeps and
 overrides apply to every grid and win over it, e.g. ``seed=1,2,3`` or ``trainer=smoke``.
 
+With ``search=bisect`` the same grids define configurations and their n_keys ranges, and the
+points are chosen round by round by the failure-point search (``search_rounds.py``) instead.
+
 After the launch it prints one line of totals and appends this invocation to
 ``<results_dir>/<experiment>/sweep.json`` (points, outcomes, wall seconds).
 """
@@ -31,6 +34,9 @@ def machine() -> str:
 
     gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
     return f"{cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
+
+
+OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
 
 
 class GridSweeper(BasicSweeper):
@@ -64,43 +70,58 @@ class GridSweeper(BasicSweeper):
         # a typo in a grid fails here, before anything trains; each point is checked again
         # when it is composed for its job
         self.validate_batch_is_legal(firsts)
-        todo = [p for p in points if not self._finished(p)]
-        self.overrides = list(self.split_overrides_to_chunks(todo, self.max_batch_size)) if todo else []
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        outcomes: Counter = Counter({"skipped": len(points) - len(todo)})
-        returns, first = [], 0
-        print(f"sweep {self.config.experiment}: {len(points)} points, "
-              f"{len(points) - len(todo)} already done")
-        while not self.is_done():
-            batch = self.get_job_batch()
-            results = self.launcher.launch(batch, initial_job_idx=first)
-            for r in results:
-                if r.status == JobStatus.COMPLETED:
-                    outcomes[r.return_value or "skipped"] += 1
-                else:
-                    outcomes["failed"] += 1
-            first += len(batch)
-            returns.append(results)
+        self.outcomes: Counter = Counter()
+        self.first_job = 0
+        if self.config.search.name == "bisect":
+            from .search_rounds import SearchRounds
+
+            returns, record = SearchRounds(self).run(points)
+        else:
+            returns, record = self._grid(points), {"points": len(points)}
         wall = time.time() - start
-        order = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
-        line = ", ".join(f"{k} {outcomes[k]}" for k in order if outcomes[k])
+        line = ", ".join(f"{k} {self.outcomes[k]}" for k in OUTCOMES if self.outcomes[k])
         print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: {line or 'nothing'}")
         if not self.config.dry_run:
-            self._record(points, outcomes, start, wall)
+            self._record(record, start, wall)
         return returns
 
-    def _record(self, points, outcomes, start, wall) -> None:
+    def _grid(self, points: list[list[str]]) -> list:
+        """Launch every point not known to be finished, in batches of max_batch_size."""
+        todo = [p for p in points if not self._finished(p)]
+        self.outcomes["skipped"] += len(points) - len(todo)
+        print(f"sweep {self.config.experiment}: {len(points)} points, "
+              f"{len(points) - len(todo)} already done")
+        return self.launch(todo)
+
+    def launch(self, points: list[list[str]]) -> list:
+        """Run ``points`` through the launcher (batches of max_batch_size); count outcomes."""
+        returns, self.batch_index = [], 0
+        self.overrides = list(self.split_overrides_to_chunks(points, self.max_batch_size)) if points else []
+        while not self.is_done():
+            batch = self.get_job_batch()
+            results = self.launcher.launch(batch, initial_job_idx=self.first_job)
+            for r in results:
+                if r.status == JobStatus.COMPLETED:
+                    self.outcomes[r.return_value or "skipped"] += 1
+                else:
+                    self.outcomes["failed"] += 1
+            self.first_job += len(batch)
+            returns.append(results)
+        return returns
+
+    def _record(self, record: dict, start, wall) -> None:
         path = sweep_file(experiment_dir(self.config.results_dir, self.config.experiment))
         with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
-            self._append(path, points, outcomes, start, wall)
+            self._append(path, record, start, wall)
 
-    def _append(self, path, points, outcomes, start, wall) -> None:
+    def _append(self, path, record: dict, start, wall) -> None:
         history = json.loads(path.read_text()) if path.is_file() else {"invocations": []}
         history["invocations"].append({
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
-            "points": len(points), "outcomes": dict(outcomes), "wall_seconds": round(wall, 1),
+            **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
             "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
             "machine": machine()})
         history["wall_seconds"] = round(sum(i["wall_seconds"] for i in history["invocations"]), 1)

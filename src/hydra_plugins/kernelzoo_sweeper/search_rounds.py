@@ -1,0 +1,201 @@
+"""``search=bisect``: the grid sweeper's rounds of failure-point probes.
+
+The grids' points without their n_keys are the *series* (configuration and seed); each series'
+n_keys values give its range. Every round asks ``kernelzoo.search.next_probes`` for each
+unfinished series' next probes, reads the probes the store already holds (a rerun or an
+interrupted search replays them without training) and launches all the others together as one
+launcher batch, so rounds, not points, set the wall time. Each probe is an ordinary run of the
+experiment: resumable, skipped on rerun, visible in wandb.
+
+After every round it rewrites ``<results_dir>/<experiment>/search.json`` (atomic): per series
+its overrides, d_dot, range, resolution, the probes in order with round and reason, and the
+verdict. The analysis reads it to say which points were probed and why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+from filelock import FileLock
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from kernelzoo import store
+from kernelzoo.search import Probe, SearchConf, Verdict, failing, make_spec, next_probes
+
+
+def search_file(exp_dir: str | Path) -> Path:
+    """The search's record: ``{"series": {key: {"overrides", "d_dot", "spec", "probes",
+    "verdict"}}}`` with probes ``{"n_keys", "round", "why", "run_id", "fails"}``."""
+    return Path(exp_dir) / "search.json"
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+class Series:
+    """One configuration and seed: its overrides (without n_keys), its spec, what it saw."""
+
+    def __init__(self, overrides: tuple[str, ...], grid_keys: list[int]):
+        self.overrides, self.grid_keys = overrides, grid_keys
+        self.key = " ".join(sorted(overrides))
+        self.spec = None
+        self.d_dot = None
+        self.observed: dict[int, bool] = {}
+        self.probes: list[dict] = []
+        self.verdict: dict | None = None
+
+    def point(self, n_keys: int) -> list[str]:
+        return [*self.overrides, f"n_keys={n_keys}"]
+
+    def record(self) -> dict:
+        return {"overrides": list(self.overrides), "d_dot": self.d_dot,
+                "spec": None if self.spec is None else asdict(self.spec),
+                "probes": self.probes, "verdict": self.verdict}
+
+
+class SearchRounds:
+    def __init__(self, sweeper):
+        self.sweeper, self.config = sweeper, sweeper.config
+        try:
+            self.conf = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SearchConf),
+                                                            self.config.search))
+        except OmegaConfBaseException as err:
+            _fail(f"search: {str(err).splitlines()[0]}")
+        for key in ("min_keys", "max_keys", "start"):
+            value = getattr(self.conf, key)
+            if value is not None and value < 1:
+                _fail(f"search.{key}={value} must be an integer >= 1")
+        if self.conf.resolution is not None and not self.conf.resolution >= 1:
+            _fail(f"search.resolution={self.conf.resolution} must be >= 1 key")
+        if not self.conf.multiples or not all(m > 0 for m in self.conf.multiples):
+            _fail(f"search.multiples={self.conf.multiples} must be positive numbers")
+        self.exp_dir = store.experiment_dir(self.config.results_dir, self.config.experiment)
+
+    def _series(self, points: list[list[str]]) -> list[Series]:
+        groups: dict[tuple, list[int]] = {}
+        for point in points:
+            rest = tuple(o for o in point if o.split("=", 1)[0].lstrip("+") != "n_keys")
+            keys = groups.setdefault(rest, [])
+            for o in point:
+                if o.split("=", 1)[0].lstrip("+") == "n_keys":
+                    try:
+                        keys.append(int(o.split("=", 1)[1]))
+                    except ValueError:
+                        _fail(f"{o}: n_keys must be an integer in a search")
+        return [Series(rest, sorted(set(keys))) for rest, keys in groups.items()]
+
+    def _plan(self, series: Series) -> None:
+        """Resolve the series' d_dot by composing its config as its jobs will (kernelzoo.train)."""
+        from kernelzoo.feature_maps import InfeasibleError
+        from kernelzoo.train import UsageError, plan
+
+        if not series.grid_keys and None in (self.conf.min_keys, self.conf.max_keys):
+            _fail(f"search=bisect needs a range of n_keys for {series.key or 'the sweep'}: give "
+                  "n_keys values in the grid (e.g. n_keys=20,600) or search.min_keys/max_keys")
+        first = series.point(series.grid_keys[0]) if series.grid_keys else list(series.overrides)
+        try:
+            cfg = self.sweeper.hydra_context.config_loader.load_sweep_config(self.config, first)
+        except Exception as err:  # Hydra's composition errors: one line, before any training
+            _fail(f"{' '.join(first)}: {str(err).splitlines()[0]}")
+        with open_dict(cfg):
+            del cfg["hydra"]
+        try:
+            p = plan(cfg)
+        except (UsageError, InfeasibleError):
+            return  # no spec: one probe records the point as infeasible, with its reason
+        d_dot = p["identity"]["d_dot"]
+        series.d_dot = d_dot
+        series.spec = make_spec(self.conf, d_dot, p["phi"].d_key, series.grid_keys
+                                or [self.conf.min_keys, self.conf.max_keys])
+
+    def run(self, points: list[list[str]]) -> tuple[list, dict]:
+        all_series = self._series(points)
+        for series in all_series:
+            self._plan(series)
+        print(f"sweep {self.config.experiment}: search=bisect over {len(all_series)} "
+              "configurations x seeds")
+        returns, launched_rounds, total = [], 0, 0
+        for round_no in range(1, self.conf.max_rounds + 1):
+            wanted = [(s, p) for s in all_series if s.verdict is None for p in self._next(s)]
+            if not wanted:
+                break
+            for s, p in wanted:
+                s.probes.append({"n_keys": p.n_keys, "round": round_no, "why": p.why})
+            todo = [(s, p) for s, p in wanted if not self._read(s, p.n_keys)]
+            total += len(wanted)
+            self.sweeper.outcomes["skipped"] += len(wanted) - len(todo)
+            if not todo:
+                continue
+            launched_rounds += 1
+            print(f"round {round_no}: {'planning' if self.config.dry_run else 'training'} "
+                  f"{len(todo)} probes ({len(wanted) - len(todo)} read from the store)")
+            returns += self.sweeper.launch([s.point(p.n_keys) for s, p in todo])
+            for s, p in todo:
+                if self.config.dry_run:  # the probes are planned, nothing is trained
+                    s.verdict = {"outcome": "dry_run", "reason": f"next: n_keys={p.n_keys}"}
+                elif not self._read(s, p.n_keys):
+                    s.verdict = {"outcome": "lost", "reason": f"the probe at n_keys="
+                                 f"{p.n_keys} left no summary; rerun the sweep to retry it"}
+            self._write(all_series)
+        else:
+            for s in all_series:
+                s.verdict = s.verdict or {"outcome": "unfinished",
+                                          "reason": f"search.max_rounds={self.conf.max_rounds}"}
+        self._write(all_series)
+        verdicts = Counter(s.verdict["outcome"] for s in all_series)
+        print(f"search: {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items()))}; "
+              f"{launched_rounds} training round(s), {total} probes")
+        return returns, {"points": total, "search": {"series": len(all_series),
+                                                     "rounds": launched_rounds}}
+
+    def _next(self, series: Series) -> list:
+        if series.spec is None:  # infeasible: its one probe records why
+            n = series.grid_keys[0] if series.grid_keys else self.conf.min_keys
+            if series.probes:
+                series.verdict = series.verdict or {"outcome": "infeasible"}
+                return []
+            return [Probe(n, "record why the configuration is infeasible")]
+        nxt = next_probes(series.spec, series.observed)
+        if isinstance(nxt, Verdict):
+            series.verdict = {k: v for k, v in asdict(nxt).items() if v is not None}
+            return []
+        return nxt
+
+    def _read(self, series: Series, n_keys: int) -> bool:
+        """Fold a finished probe into its series; False if the store has no result for it."""
+        summary = store.point_summary(self.config.results_dir, self.config.experiment,
+                                      series.point(n_keys))
+        if summary is None:
+            return False
+        probe = next(p for p in series.probes if p["n_keys"] == n_keys)
+        probe["run_id"] = summary["run_id"]
+        if summary["status"] == "infeasible":
+            series.verdict = {"outcome": "infeasible", "reason": summary["reason"]}
+            return True
+        loss = summary["final_eval_loss"]
+        fails = bool(failing(math.nan if loss is None else float(loss),
+                             summary["status"] == "diverged", self.conf.threshold))
+        probe["fails"] = fails
+        series.observed[n_keys] = fails
+        return True
+
+    def _write(self, all_series: list[Series]) -> None:
+        if self.config.dry_run:
+            return
+        path = search_file(self.exp_dir)
+        with FileLock(str(path) + ".lock"):  # keep the series of another sweep on this store
+            try:
+                record = json.loads(path.read_text())
+                record["series"].items()
+            except (OSError, ValueError, KeyError, AttributeError):
+                record = {"series": {}}
+            record["series"].update({s.key: s.record() for s in all_series})
+            store.atomic_write_text(path, json.dumps(record, indent=1) + "\n")
