@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from filelock import FileLock
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -105,12 +106,18 @@ class SearchRounds:
             cfg = self.sweeper.hydra_context.config_loader.load_sweep_config(self.config, first)
         except Exception as err:  # Hydra's composition errors: one line, before any training
             _fail(f"{' '.join(first)}: {str(err).splitlines()[0]}")
-        with open_dict(cfg):
-            del cfg["hydra"]
+        hydra_config = HydraConfig.instance()
+        saved = hydra_config.cfg
+        hydra_config.set_config(cfg)  # as for a job: ${hydra:...} resolves against its config
         try:
+            with open_dict(cfg):
+                del cfg["hydra"]
             p = plan(cfg)
-        except (UsageError, InfeasibleError):
+        except (UsageError, InfeasibleError) as err:
+            print(f"infeasible: {series.key}: {err}")
             return  # no spec: one probe records the point as infeasible, with its reason
+        finally:
+            hydra_config.cfg = saved
         d_dot = p["identity"]["d_dot"]
         series.d_dot = d_dot
         series.spec = make_spec(self.conf, d_dot, p["phi"].d_key, series.grid_keys
@@ -137,6 +144,7 @@ class SearchRounds:
             launched_rounds += 1
             print(f"round {round_no}: {'planning' if self.config.dry_run else 'training'} "
                   f"{len(todo)} probes ({len(wanted) - len(todo)} read from the store)")
+            todo.sort(key=lambda sp: -sp[1].n_keys)  # largest first: the slowest start first
             returns += self.sweeper.launch([s.point(p.n_keys) for s, p in todo])
             for s, p in todo:
                 if self.config.dry_run:  # the probes are planned, nothing is trained
