@@ -209,11 +209,11 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
 
     report = (exp / "report.md").read_text()
     for needle in ("zz-in-progress", "zz-corrupt/summary.json", "ELU+1, seed 3: n_keys 40",
-                   "d_dot unreachable", "Sweep wall clock: 4321 s over 1 invocation(s): 4321 s for 60 points (50 trained).",
+                   "d_dot unreachable", "Sweep wall clock: 4321 s (72.0 min) over 1 invocation(s): 4321 s for 60 points (50 trained).",
                    "24,000 training steps (250 per second of run time).", "(partial sweep)", "Sweep machine: a CPU",
                    "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
                    "first failing n whose next grid point fails too", "![](loss_vs_keys.png)",
-                   "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 |", "ELU+1 1.12 (fails_at)"):
+                   "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 seeds |", "ELU+1 1.12 (fails_at)"):
         assert needle in report, needle
 
 
@@ -282,3 +282,59 @@ def test_wandb_failure_is_one_warning(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: wandb logging failed")
     assert BrokenRun.finished
+
+
+# --- one seed: the bracket, the noise; a search's sparse probes --------------------------------
+
+def test_one_seed_reads_as_its_bracket_and_lists_the_noise(tmp_path):
+    exp = tmp_path / "results" / "one"
+    write_series(exp, {20: 1e-4, 40: 0.2, 60: 1e-4, 80: 0.3, 100: 0.3})
+    runs, _, _ = analyze.load_runs(exp)
+    seeds = analyze.seed_table(runs, TAU, 0.99)
+    assert seeds["noise"].iloc[0] == (40.0,)
+    row = analyze.capacity_table(runs, seeds).iloc[0]
+    assert (row["ci_low"], row["ci_high"]) == (60, 80)  # the bracket, not [x, x]
+    proc = run_cli(["experiment=one", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = (exp / "report.md").read_text()
+    value = f"{crossing(60, 1e-4, 80, 0.3):.3g}"
+    assert f"| ELU+1 | 64 | 64 | 1 seed | {value} (between 60 and 80) | 80 |" in report
+    assert "Isolated failures treated as noise (a failure followed by a pass): 1" in report
+    assert "ELU+1, seed 1, n_keys 40: final eval loss 0.2 (converged)" in report
+
+
+def write_search_store(exp: Path) -> None:
+    """Two seeds of ELU+1 probed at different n_keys by a search, with its search.json."""
+    series = {}
+    for seed, probes in ((1, [(32, 1e-4, 1), (64, 0.3, 1), (80, 0.4, 1), (48, 1e-4, 2),
+                              (56, 0.05, 3)]),
+                         (2, [(32, 1e-4, 1), (64, 1e-4, 1), (80, 0.4, 1), (72, 0.2, 2)])):
+        entries = []
+        for n, loss, rnd in probes:
+            path = write_run(exp, n_keys=n, loss=loss, seed=seed)
+            entries.append({"n_keys": n, "round": rnd, "why": f"why {seed}-{n}",
+                            "run_id": path.name, "fails": loss > TAU})
+        series[f"feature_map=elu seed={seed}"] = {"overrides": [], "probes": entries,
+                                                  "verdict": {"outcome": "fails_at"}}
+    (exp / "search.json").write_text(json.dumps({"series": series}))
+
+
+def test_a_search_store_is_read_natively(tmp_path):
+    exp = tmp_path / "results" / "s"
+    write_search_store(exp)
+    runs, _, _ = analyze.load_runs(exp)
+    assert runs["probe_round"].notna().all()
+    seeds = analyze.seed_table(runs, TAU, 0.99).set_index("seed")
+    assert (seeds.loc[1, "last_pass"], seeds.loc[1, "first_failure"]) == (48, 56)
+    assert (seeds.loc[2, "last_pass"], seeds.loc[2, "first_failure"]) == (64, 72)
+    proc = run_cli(["experiment=s", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = (exp / "report.md").read_text()
+    assert "## Search probes" in report and "9 probes over 2 configuration x seed series" in report
+    assert "| 1 | 3 | 56 | why 1-56 | 0.05 | fails |" in report
+    assert "| 2 | 1 | 64 | why 2-64 | 0.0001 | passes |" in report
+    assert "Grid holes" not in report  # each seed probes its own n_keys
+    assert (exp / "loss_vs_keys.png").stat().st_size > 0
+    assert not list(exp.glob("heatmap_*.png"))
+    parquet = pd.read_parquet(exp / "runs.parquet")
+    assert {"probe_round", "probe_why"} <= set(parquet.columns)

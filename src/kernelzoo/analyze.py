@@ -3,10 +3,12 @@
     python -m kernelzoo.analyze experiment=<name> [results_dir=results] [threshold=0.01]
                                 [accuracy_threshold=0.99] [logger=wandb|none]
 
-Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model),
-saves them as ``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``) and
-``report.md`` beside it. Partial sweeps are analysed as far as they go; run directories without a
-summary, corrupted summaries and grid holes are listed in the report. Nothing is ever deleted.
+Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model)
+and, for a failure-point search, ``search.json`` (why each probe was trained), saves them as
+``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``) and ``report.md``
+(``report.py``) beside it. Grids and the sparse, irregular n_keys of a search are read alike.
+Partial sweeps are analysed as far as they go; run directories without a summary, corrupted
+summaries and grid holes are listed in the report. Nothing is ever deleted.
 
 Failure-point rule (stated again in report.md)
 ----------------------------------------------
@@ -19,10 +21,11 @@ failing one n_b (loss l_b), n* = n_a + (log tau - log l_a) / (log l_b - log l_a)
 clamped to [n_a, n_b]; losses are floored at 1e-12 and, when l_b is not finite, n* is the
 midpoint. Outcomes: "fails_at" (n*), "never_fails" (lower bound: the largest n tried),
 "fails_everywhere" (the first point already fails; upper bound: the smallest n tried) and
-"no_data". The accuracy criterion is the same rule with accuracy < ``accuracy_threshold``,
+"no_data". Failures below the failure point (each followed by a pass) are listed as noise.
+The accuracy criterion is the same rule with accuracy < ``accuracy_threshold``,
 interpolated linearly in accuracy. Seeds aggregate to the median of their numbers (bounds
 included) with a min-max interval below 5 seeds, else a bootstrap 95% percentile interval (RNG
-seed 0); a configuration's outcome is its most common seed outcome (ties: fails_at, then
+seed 0); a single seed's interval is its bracket [n_a, n_b] (a bound's, the bound itself); a configuration's outcome is its most common seed outcome (ties: fails_at, then
 fails_everywhere). Predicted capacity = the map's d_dot (null: unbounded); ratio = observed /
 predicted.
 """
@@ -45,8 +48,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from kernelzoo import plots, tracking
+from kernelzoo.report import write_report
+from kernelzoo.search import candidate, failing
 from kernelzoo.store import (CURVE_COLUMNS, StoreError, atomic_write_text, experiment_dir,
-                             read_summary, read_sweep, trained_points)
+                             read_search, read_summary)
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
@@ -123,6 +128,11 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
     runs = pd.DataFrame(rows)
     if runs.empty:
         return runs, missing, corrupted
+    probes = {p["run_id"]: p for series in (read_search(exp_dir) or {}).values()
+              for p in series["probes"] if isinstance(p, dict) and "run_id" in p}
+    runs["probe_round"] = [probes.get(r, {}).get("round") for r in runs["run_id"]]
+    runs["probe_round"] = runs["probe_round"].astype("Int64")
+    runs["probe_why"] = [probes.get(r, {}).get("why") for r in runs["run_id"]]
     for key in ("d_dot", "predicted_capacity"):
         runs[key] = runs[key].astype("Int64")
     return add_labels(runs), missing, corrupted
@@ -168,25 +178,26 @@ class SeedResult:
     value: float          # n* for fails_at, else the bound (NaN for no_data)
     first_failure: float  # the grid n where the rule fires (NaN if it never does)
     last_pass: float      # the passing grid n just before it (fails_at only)
+    noise: tuple = ()     # failing n below the failure point, each followed by a pass
 
 
 def failure_point(n: np.ndarray, failing: np.ndarray, cross) -> SeedResult:
     """The rule on one series sorted by n; ``cross(i)`` interpolates between points i-1 and i."""
     if len(n) == 0:
         return SeedResult("no_data", math.nan, math.nan, math.nan)
-    for i in range(len(n)):
-        if failing[i] and (i == len(n) - 1 or failing[i + 1]):
-            if i == 0:
-                return SeedResult("fails_everywhere", float(n[0]), float(n[0]), math.nan)
-            value = min(max(cross(i), n[i - 1]), n[i])
-            return SeedResult("fails_at", float(value), float(n[i]), float(n[i - 1]))
-    return SeedResult("never_fails", float(n[-1]), math.nan, math.nan)
+    i = candidate(list(failing))
+    noise = tuple(float(x) for x, f in zip(n[:len(n) if i is None else i], failing) if f)
+    if i is None:
+        return SeedResult("never_fails", float(n[-1]), math.nan, math.nan, noise)
+    if i == 0:
+        return SeedResult("fails_everywhere", float(n[0]), float(n[0]), math.nan)
+    value = min(max(cross(i), n[i - 1]), n[i])
+    return SeedResult("fails_at", float(value), float(n[i]), float(n[i - 1]), noise)
 
 
 def loss_failure(n, loss, diverged, threshold: float) -> SeedResult:
     """Loss criterion: fails when loss > threshold, missing, or diverged; log-linear crossing."""
     n, loss = np.asarray(n, float), np.asarray(loss, float)
-    failing = np.asarray(diverged, bool) | ~(loss <= threshold)
 
     def cross(i):
         if not np.isfinite(loss[i]):
@@ -194,20 +205,20 @@ def loss_failure(n, loss, diverged, threshold: float) -> SeedResult:
         la, lb = np.log10(max(loss[i - 1], LOSS_FLOOR)), np.log10(loss[i])
         return n[i - 1] + (np.log10(threshold) - la) / (lb - la) * (n[i] - n[i - 1])
 
-    return failure_point(n, failing, cross)
+    return failure_point(n, failing(loss, diverged, threshold), cross)
 
 
 def accuracy_failure(n, accuracy, diverged, threshold: float) -> SeedResult:
     """Accuracy criterion: fails when accuracy < threshold, missing, or diverged; linear."""
     n, acc = np.asarray(n, float), np.asarray(accuracy, float)
-    failing = np.asarray(diverged, bool) | ~(acc >= threshold)
+    fails = np.asarray(diverged, bool) | ~(acc >= threshold)
 
     def cross(i):
         if not np.isfinite(acc[i]):
             return (n[i - 1] + n[i]) / 2
         return n[i - 1] + (acc[i - 1] - threshold) / (acc[i - 1] - acc[i]) * (n[i] - n[i - 1])
 
-    return failure_point(n, failing, cross)
+    return failure_point(n, fails, cross)
 
 
 def aggregate(values) -> tuple[float, float, float]:
@@ -250,6 +261,8 @@ def capacity_table(runs: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
     for label, group in seeds.groupby("label"):
         first = runs[runs["label"] == label].iloc[0]
         observed, low, high = aggregate(group["value"])
+        if len(group) == 1 and group["outcome"].iloc[0] == "fails_at":  # its bracket
+            low, high = group["last_pass"].iloc[0], group["first_failure"].iloc[0]
         observed_acc, low_acc, high_acc = aggregate(group["value_acc"])
         predicted = first["predicted_capacity"]
         rows.append({
@@ -304,100 +317,6 @@ def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _cell(value, digits: int = 3) -> str:
-    if value is None or pd.isna(value):
-        return "–"
-    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
-
-
-def markdown_table(capacity: pd.DataFrame) -> list[str]:
-    head = ["configuration", "d_dot", "predicted", "seeds", "observed [interval]",
-            "first failure", "ratio", "outcome", "accuracy criterion"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in capacity.itertuples():
-        lines.append("| " + " | ".join([
-            r.label, _cell(r.d_dot), _cell(r.predicted_capacity) if pd.notna(r.predicted_capacity)
-            else "unbounded", str(r.n_seeds),
-            f"{_cell(r.observed_capacity)} [{_cell(r.ci_low)}, {_cell(r.ci_high)}]",
-            _cell(r.first_failure), _cell(r.ratio), r.outcome,
-            f"{_cell(r.observed_capacity_acc)} ({r.outcome_acc})"]) + " |")
-    return lines
-
-
-def _listing(items: list[str], limit: int = 30) -> list[str]:
-    shown = [f"  - {item}" for item in items[:limit]]
-    return shown + ([f"  - ... and {len(items) - limit} more"] if len(items) > limit else [])
-
-
-def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
-                 capacity: pd.DataFrame, missing: list[str], corrupted: list[str],
-                 figures: list[Path], threshold: float, accuracy_threshold: float) -> Path:
-    """``report.md``: what ran where, the rule, the table, what is missing, the figures."""
-    rule = __doc__.partition("---\n")[2].strip()  # the docstring's failure-point section
-    status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
-    wall, devices = runs["wall_seconds"], runs["device"].value_counts()
-    steps = int(runs["steps"].fillna(0).sum())
-    lines = [f"# Capacity analysis: `{experiment}`", "", "## What was run", "",
-             f"- {len(runs)} runs with a summary ({status}); {len(capacity)} configurations.",
-             f"- d_key: {', '.join(map(str, sorted(runs['d_key'].unique())))}; update rules: "
-             f"{', '.join(sorted(runs['update_rule'].unique()))}; seeds: "
-             f"{', '.join(map(str, sorted(runs['seed'].unique())))}.",
-             f"- n_keys: {runs['n_keys'].min()} to {runs['n_keys'].max()} "
-             f"({runs['n_keys'].nunique()} grid values).",
-             f"- Machine: {', '.join(f'{d} ({c} runs)' for d, c in devices.items())}; "
-             f"kernelzoo {', '.join(sorted(map(str, runs['kernelzoo_version'].unique())))}.",
-             f"- Wall time: {wall.sum():.0f} s summed over runs (median {wall.median():.1f} s, "
-             f"max {wall.max():.1f} s per run); {steps:,} training steps"
-             + (f" ({steps / wall.sum():.0f} per second of run time)." if wall.sum() > 0 else ".")]
-    capped = runs[runs["status"] == "max_steps"]
-    if len(capped):
-        lines.append(f"- {len(capped)} runs stopped at the step cap ({int(capped['steps'].max())} "
-                     "steps), not by the stopping rule: a failure there may be slow learning "
-                     "rather than lack of capacity.")
-    history = read_sweep(exp_dir)
-    if history is not None:
-        with contextlib.suppress(ValueError, TypeError, KeyError):  # a record lacking a field
-            parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
-                     + (f" ({trained_points(i)} trained)" if "outcomes" in i else "")
-                     for i in history["invocations"]]
-            lines.append(f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s over "
-                         f"{len(parts)} invocation(s): {'; '.join(parts)}.")
-            planned = max(i["points"] for i in history["invocations"])
-            lines.append(f"- Points planned by the largest invocation: {planned}; with a summary: "
-                         f"{len(runs)}" + ("" if len(runs) >= planned else " (partial sweep)") + ".")
-            last = history["invocations"][-1]
-            if "machine" in last:
-                lines.append(f"- Sweep machine: {last['machine']}; launcher {last['launcher']}.")
-    lines += ["", "## Failure-point rule", "", f"tau = {threshold:g}, accuracy threshold = "
-              f"{accuracy_threshold:g}.", "", rule, "",
-              f"## Capacity (loss criterion: final eval loss > {threshold:g})", ""]
-    lines += markdown_table(capacity)
-    bounded = capacity[capacity["ratio"].notna()]
-    lines += ["", "## Compared with the paper", "",
-              "Schlag et al. (2021, Figure 2) predict that each deterministic map fails once the "
-              "number of keys exceeds its d_dot. Observed / predicted ratios here: "
-              + ("; ".join(f"{r.label} {r.ratio:.2f} ({r.outcome})" for r in bounded.itertuples())
-                 or "none (no configuration with a bounded prediction has data)")
-              + ". A never_fails ratio is a lower bound, a fails_everywhere ratio an upper bound.",
-              "", "## What is missing", ""]
-    infeasible = runs[runs["status"] == "infeasible"]
-    mixed = [f"{label}: " + ", ".join(f"seed {s.seed} {s.outcome}" for s in g.itertuples())
-             for label, g in seeds.groupby("label") if g["outcome"].nunique() > 1]
-    holes = grid_holes(runs)
-    for title, items in (
-            ("Run directories without summary.json (in progress or interrupted)", missing),
-            ("Corrupted summaries (skipped)", corrupted),
-            ("Infeasible points (excluded)", [f"{r.label}, seed {r.seed}, n_keys {r.n_keys}: "
-                                               f"{r.reason}" for r in infeasible.itertuples()]),
-            ("Grid holes (each configuration's n_keys x the experiment's seeds)", holes),
-            ("Configurations whose seeds disagree on the outcome", mixed)):
-        lines += [f"- {title}: {len(items) or 'none'}"] + _listing(items)
-    lines += ["", "## Figures", ""] + [f"![]({p.name})\n" for p in figures]
-    path = exp_dir / "report.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
-
-
 def log_dashboard(cfg: DictConfig, capacity: pd.DataFrame, figures: list[Path]) -> None:
     """Log the table and the figures to wandb; a failure is one warning line, nothing more."""
     tracker = tracking.start(
@@ -434,10 +353,12 @@ def analyze(cfg: DictConfig) -> None:
     seeds = seed_table(runs, cfg.threshold, cfg.accuracy_threshold)
     capacity = capacity_table(runs, seeds)
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
+    search = plots.is_search(runs)  # sparse probes: no grid to fill
     figures = plots.all_figures(runs, capacity, curve_table(runs, seeds, capacity, exp_dir),
-                                exp_dir, cfg.threshold, cfg.accuracy_threshold)
+                                exp_dir, cfg.threshold, cfg.accuracy_threshold, search)
     report = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, missing, corrupted,
-                          figures, cfg.threshold, cfg.accuracy_threshold)
+                          None if search else grid_holes(runs), figures, cfg.threshold,
+                          cfg.accuracy_threshold, rule=__doc__.partition("---\n")[2].strip())
     print(f"analysed {len(runs)} runs of {cfg.experiment} -> {report}")
     if cfg.logger.get("name") != "none":
         log_dashboard(cfg, capacity, figures)

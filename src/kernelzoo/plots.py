@@ -51,21 +51,38 @@ def _legend(ax) -> None:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
 
 
+def is_search(runs: pd.DataFrame) -> bool:
+    """True for the runs of a failure-point search (``search=bisect``), which are its probes."""
+    return "probe_round" in runs and bool(runs["probe_round"].notna().any())
+
+
 def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, bad_value: float,
              floor: float | None = None) -> None:
     """Seeds as points, the median over seeds as a line; diverged or missing values as x marks
     at ``bad_value`` (they count as failing). Infeasible runs are not drawn."""
+    probes = is_search(runs)  # a search's probes are few: drawn large, edged
+    dots = dict(s=30, alpha=0.9, edgecolors="black", linewidths=0.4) if probes else \
+        dict(s=14, alpha=0.45, linewidths=0)
     for label, group in runs[runs["status"] != "infeasible"].groupby("label"):
         values = group[column].where(group["status"] != "diverged").astype(float)
         if floor is not None:
             values = values.clip(lower=floor)
         ok = np.isfinite(values)
         color = colors[label]
-        ax.scatter(group["n_keys"][ok], values[ok], s=14, alpha=0.45, color=color, linewidths=0)
+        ax.scatter(group["n_keys"][ok], values[ok], color=color, **dots)
         if (~ok).any():
             ax.scatter(group["n_keys"][~ok], np.full(int((~ok).sum()), bad_value), marker="x",
                        s=24, color=color)
-        median = values.where(ok, bad_value).groupby(group["n_keys"]).median()
+        shown = values.where(ok, bad_value)
+        if group.groupby("seed")["n_keys"].apply(frozenset).nunique() > 1:
+            # seeds probed different n_keys (a search): one thin line per seed, no median
+            for i, (_, seed) in enumerate(shown.groupby(group["seed"])):
+                order = group.loc[seed.index, "n_keys"].argsort().to_numpy()
+                ax.plot(group.loc[seed.index, "n_keys"].to_numpy()[order],
+                        seed.to_numpy()[order], "-", lw=0.8, alpha=0.6, color=color,
+                        label=None if i else label)
+            continue
+        median = shown.groupby(group["n_keys"]).median()
         ax.plot(median.index, median.to_numpy(), "-", lw=1.6, color=color, label=label)
 
 
@@ -82,7 +99,8 @@ def loss_vs_keys(runs: pd.DataFrame, capacity: pd.DataFrame, colors: dict, thres
     ax.axhline(threshold, color="black", ls=":", lw=1, label=f"tau = {threshold:g}")
     ax.set_xlim(0, runs["n_keys"].max() * 1.05)
     ax.set_yscale("log")
-    ax.set_xlabel("number of keys S (dashed: predicted capacity d_dot; x: diverged)")
+    ax.set_xlabel("number of keys S (dashed: predicted capacity d_dot; x: diverged"
+                  + ("; points: the search's probes)" if is_search(runs) else ")"))
     ax.set_ylabel("final eval loss (log scale)")
     ax.set_title(f"Final eval loss vs number of keys ({_dkey(runs['d_key'])}; "
                  f"fails above tau = {threshold:g})")
@@ -203,13 +221,15 @@ def curves(curve_table: pd.DataFrame, colors: dict, out_dir: Path) -> Path:
 
 
 def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, curve_table: pd.DataFrame,
-                out_dir: Path, threshold: float, accuracy_threshold: float) -> list[Path]:
-    """Every figure of the analysis, in report order, one colour per configuration."""
+                out_dir: Path, threshold: float, accuracy_threshold: float,
+                search: bool = False) -> list[Path]:
+    """Every figure of the analysis, in report order, one colour per configuration. A search's
+    sparse probes have no grid for the heatmaps to fill."""
     colors = config_colors(capacity["label"])
     return [
         loss_vs_keys(runs, capacity, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
-        *heatmaps(runs, out_dir),
+        *([] if search else heatmaps(runs, out_dir)),
         curves(curve_table, colors, out_dir),
         accuracy_vs_keys(runs, colors, accuracy_threshold, out_dir),
     ]

@@ -128,6 +128,23 @@ def read_sweep(exp_dir: str | Path) -> dict | None:
         return None
 
 
+def search_file(exp_dir: str | Path) -> Path:
+    """The failure-point search's record (``search=bisect``): ``{"series": {key: {"overrides",
+    "d_dot", "spec", "probes", "verdict"}}}``, probes ``{"n_keys", "round", "why", "run_id",
+    "fails"}`` in the order they were asked for."""
+    return Path(exp_dir) / "search.json"
+
+
+def read_search(exp_dir: str | Path) -> dict | None:
+    """The search record of ``exp_dir``: {series key: series}, or None when there is none or it
+    is unreadable."""
+    try:
+        series = json.loads(search_file(exp_dir).read_text())["series"]
+        return {k: v for k, v in series.items() if isinstance(v.get("probes"), list)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def trained_points(invocation: dict) -> int:
     """Points an invocation ran rather than skipped (all of them for a record without outcomes)."""
     return invocation["points"] - invocation.get("outcomes", {}).get("skipped", 0)

@@ -14,12 +14,12 @@ verdict. The analysis reads it to say which points were probed and why.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
 from collections import Counter
 from dataclasses import asdict
-from pathlib import Path
 
 from filelock import FileLock
 from hydra.core.hydra_config import HydraConfig
@@ -28,12 +28,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from kernelzoo import store
 from kernelzoo.search import Probe, SearchConf, Verdict, failing, make_spec, next_probes
-
-
-def search_file(exp_dir: str | Path) -> Path:
-    """The search's record: ``{"series": {key: {"overrides", "d_dot", "spec", "probes",
-    "verdict"}}}`` with probes ``{"n_keys", "round", "why", "run_id", "fails"}``."""
-    return Path(exp_dir) / "search.json"
 
 
 def _fail(message: str) -> None:
@@ -46,7 +40,8 @@ class Series:
 
     def __init__(self, overrides: tuple[str, ...], grid_keys: list[int]):
         self.overrides, self.grid_keys = overrides, grid_keys
-        self.key = " ".join(sorted(overrides))
+        # until planned: the overrides that choose the configuration (not how the search runs)
+        self.key = " ".join(sorted(o for o in overrides if not o.startswith("search")))
         self.spec = None
         self.d_dot = None
         self.observed: dict[int, bool] = {}
@@ -118,7 +113,12 @@ class SearchRounds:
             return  # no spec: one probe records the point as infeasible, with its reason
         finally:
             hydra_config.cfg = saved
-        d_dot = p["identity"]["d_dot"]
+        identity = {k: v for k, v in p["identity"].items() if k != "n_keys"}
+        identity["task"] = {k: v for k, v in identity["task"].items()
+                            if k not in ("seq_len", "eval_seq_len")}  # these follow n_keys
+        digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode())
+        series.key = f"{identity['feature_map']}-seed{identity['seed']}-{digest.hexdigest()[:8]}"
+        d_dot = identity["d_dot"]
         series.d_dot = d_dot
         series.spec = make_spec(self.conf, d_dot, p["phi"].d_key, series.grid_keys
                                 or [self.conf.min_keys, self.conf.max_keys])
@@ -198,7 +198,7 @@ class SearchRounds:
     def _write(self, all_series: list[Series]) -> None:
         if self.config.dry_run:
             return
-        path = search_file(self.exp_dir)
+        path = store.search_file(self.exp_dir)
         with FileLock(str(path) + ".lock"):  # keep the series of another sweep on this store
             try:
                 record = json.loads(path.read_text())
