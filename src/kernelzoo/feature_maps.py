@@ -234,27 +234,43 @@ class DPFP(FeatureMap):
 
 
 class Taylor(FeatureMap):
-    """Second-order Taylor features of exp as in Based: phi(x) = [1, x / d^(1/4), vec(x x^T) /
-    (sqrt(2) sqrt(d))] with d = d_key, so phi(q)^T phi(k) = 1 + t + t^2/2 with t = q^T k / sqrt(d),
-    the Taylor expansion of exp(q^T k / sqrt(d)) (always > 0, but the features can be negative)."""
+    """Second-order Taylor features of exp as in Based: with d = d_key and t = q^T k / sqrt(d),
+    phi(q)^T phi(k) = 1 + t + t^2/2, the Taylor expansion of exp(q^T k / sqrt(d)) (always > 0,
+    but the features can be negative). The full form [1, x / d^(1/4), vec(x x^T) / sqrt(2d)]
+    repeats every off-diagonal product x_i x_j (i < j) as x_j x_i, so phi keeps the upper
+    triangle only, off-diagonal entries times sqrt(2) (same kernel):
+
+        phi(x) = [1, x / d^(1/4), (x_i^2 / sqrt(2d))_i, (x_i x_j / sqrt(d))_{i<j}]
+
+    d_dot = 1 + d + d(d+1)/2 = (d+1)(d+2)/2, the number of linearly independent features (§2.2:
+    the dimension that bounds the capacity)."""
 
     name = "taylor"
 
     def __init__(self, d_key):
-        super().__init__(d_key, 1 + d_key + d_key**2, {})
+        super().__init__(d_key, _taylor_d_dot(d_key), {})
 
     def forward(self, x, is_query=False):
         d = self.d_key
-        quadratic = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) / math.sqrt(2 * d)
-        return torch.cat([torch.ones_like(x[..., :1]), x / d**0.25, quadratic], dim=-1)
+        i, j = torch.triu_indices(d, d, device=x.device)  # row by row: (0, 0), (0, 1), ...
+        scale = x.new_full(i.shape, 1 / math.sqrt(d)).masked_fill_(i == j, 1 / math.sqrt(2 * d))
+        return torch.cat([torch.ones_like(x[..., :1]), x / d**0.25, x[..., i] * x[..., j] * scale], dim=-1)
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
         n = _count(d_dot)
-        d = (math.isqrt(4 * n - 3) - 1) // 2 if n else 0  # root of d^2 + d + 1 = d_dot
-        if d < 1 or 1 + d + d * d != n:
-            raise InfeasibleError(f"taylor cannot reach d_dot={d_dot}: d_dot must be 1 + d + d^2 = 3, 7, 13, 21, ...")
+        d = (math.isqrt(8 * n + 1) - 3) // 2 if n else 0  # root of (d+1)(d+2)/2 = d_dot
+        if d < 1 or _taylor_d_dot(d) != n:
+            raise InfeasibleError(
+                f"taylor cannot reach d_dot={d_dot}: d_dot must be 1 + d + d(d+1)/2 = 3, 6, 10, 15, 21, ... "
+                f"(d = d_key)"
+            )
         return {**params, "d_key": d}
+
+
+def _taylor_d_dot(d_key):
+    """1 + d + d(d+1)/2: the constant, the linear and the distinct quadratic features of taylor."""
+    return 1 + d_key + d_key * (d_key + 1) // 2
 
 
 def _derive(name, params, key, value, d_dot):
