@@ -48,7 +48,7 @@ def test_dpfp1_examples_6_5_and_6_6():
 
 
 def test_dpfp_matches_the_formula_of_6_3():
-    d, nu = 3, 4
+    d, nu = 4, 3  # the largest nu < d_key; shifts wrap around mod 2 d_key
     x = torch.randn(5, d, generator=torch.Generator().manual_seed(0))
     out = build_feature_map("dpfp", d_key=d, nu=nu)(x)
     r = torch.relu(torch.cat([x, -x], -1))
@@ -230,7 +230,7 @@ SHAPE_CASES = [
     ("elu", 7, {}),
     ("tanh", 4, {}),
     ("dpfp", 3, {}),
-    ("dpfp", 3, {"nu": 5}),
+    ("dpfp", 5, {"nu": 4}),
     ("dpfp", 6, {"nu": 2}),
     ("favor", 5, {}),
     ("favor", 5, {"m": 12}),
@@ -240,7 +240,7 @@ SHAPE_CASES = [
     ("taylor", 3, {}),
     ("taylor", 6, {}),
 ]
-EXPECTED_D_DOT = [math.inf, 5, 3, 7, 4, 6, 30, 24, 64, 12, 14, 6, 18, 10, 28]
+EXPECTED_D_DOT = [math.inf, 5, 3, 7, 4, 6, 40, 24, 64, 12, 14, 6, 18, 10, 28]
 POSITIVE = {"relu", "elu", "dpfp", "favor"}
 
 
@@ -365,7 +365,8 @@ def test_resolve_params_round_trips(name, d_key, d_dot, params, expected):
 
 INFEASIBLE = [
     ("dpfp", 64, 100, {}),
-    ("dpfp", 2, 16, {}),  # would need nu = 4 > 2*d_key - 1
+    ("dpfp", 2, 16, {}),  # would need nu = 4 >= d_key
+    ("dpfp", 4, 32, {}),  # would need nu = d_key: shift d_key pairs x with -x
     ("softmax", 64, 128, {}),
     ("favor", 8, 33, {"variant": "hyperbolic"}),
     ("favor", 8, 0, {}),
@@ -384,14 +385,17 @@ def test_unreachable_d_dot_is_infeasible(name, d_key, d_dot, params):
 
 
 def test_dpfp_infeasible_message_lists_reachable_values():
-    with pytest.raises(InfeasibleError, match=r"dpfp cannot reach d_dot=100 with d_key=64: .*128, 256"):
+    with pytest.raises(InfeasibleError, match=r"dpfp cannot reach d_dot=100 with d_key=64: .*128, 256, \.\.\., 8064"):
         resolve_params("dpfp", 64, 100)
+    with pytest.raises(InfeasibleError, match=r"d_dot=32 with d_key=4: nu=4 >= d_key=4 repeats or zeroes .*8, 16, 24$"):
+        resolve_params("dpfp", 4, 32)
 
 
 CONFIG_ERRORS = [
     ("nope", dict(d_key=4), r"'nope'.*softmax, identity, relu, elu, tanh, dpfp, favor, trig, taylor"),
-    ("dpfp", dict(d_key=4, nu=0), r"nu .*\[1, 7\].* 0"),
-    ("dpfp", dict(d_key=4, nu=8), r"nu .*\[1, 7\].* 8"),
+    ("dpfp", dict(d_key=4, nu=0), r"nu .*\[1, 3\].* 0"),
+    ("dpfp", dict(d_key=4, nu=4), r"nu=4 >= d_key=4 repeats or zeroes features \(shift d_key pairs x with -x.*\[1, 3"),
+    ("dpfp", dict(d_key=1), r"d_key must be >= 2 .*got 1"),
     ("dpfp", dict(d_key=4, nu=1.5), r"nu"),
     ("favor", dict(d_key=4, m=0), r"m must be .* 0"),
     ("trig", dict(d_key=4, m=0), r"m must be .* 0"),

@@ -189,16 +189,22 @@ class Tanh(_Elementwise):
 class DPFP(FeatureMap):
     """Deterministic parameter-free projection, §6.3: r = relu([x, -x]) in R^{2 d_key} and
     phi = concat_{s=1..nu} r * roll(r, -s), i.e. (r * r^(s))_i = r_i r_{(i+s) mod 2 d_key}.
-    d_dot = 2 d_key nu; the §6.5-6.6 examples hold verbatim (e.g. (1.5, -0.8) -> (0, 0, 0, 1.2))."""
+    d_dot = 2 d_key nu; the §6.5-6.6 examples hold verbatim (e.g. (1.5, -0.8) -> (0, 0, 0, 1.2)).
+
+    §6.3 allows nu up to 2 d_key - 1, but shift s = d_key multiplies relu(x_i) by relu(-x_i),
+    always 0, and shift 2 d_key - s gives the products of shift s in another order: for
+    nu >= d_key the features have rank 2 d_key (d_key - 1) < d_dot, so nu must be < d_key
+    (for nu < d_key the 2 d_key nu products are distinct and linearly independent)."""
 
     name, positive = "dpfp", True
 
     def __init__(self, d_key, nu=1):
         super().__init__(d_key, 2 * d_key * nu, {"nu": nu})
-        _require(
-            _is_count(nu) and nu <= 2 * d_key - 1,
-            f"dpfp: nu must be an integer in [1, 2*d_key-1] = [1, {2 * d_key - 1}], got {nu!r}",
-        )
+        _require(d_key >= 2, f"dpfp: d_key must be >= 2 (at d_key=1 every feature is relu(x) relu(-x) = 0), "
+                             f"got {d_key!r}")
+        valid = f"an integer in [1, d_key-1] = [1, {d_key - 1}]"
+        _require(_is_count(nu), f"dpfp: nu must be {valid}, got {nu!r}")
+        _require(nu < d_key, f"dpfp: {_dpfp_repeats(nu, d_key)}; nu must be {valid}")
         self.nu = nu
 
     def forward(self, x, is_query=False):
@@ -225,12 +231,25 @@ class DPFP(FeatureMap):
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
         nu = _count(d_dot / (2 * d_key)) if _count(d_dot) else None
-        if nu is None or nu > 2 * d_key - 1:
+        if nu is None or nu >= d_key:
+            why = "d_dot must be 2*d_key*nu" if nu is None else _dpfp_repeats(nu, d_key)
             raise InfeasibleError(
-                f"dpfp cannot reach d_dot={d_dot} with d_key={d_key}: d_dot must be 2*d_key*nu = "
-                f"{2 * d_key}, {4 * d_key}, ..., {2 * d_key * (2 * d_key - 1)} (nu <= 2*d_key-1)"
+                f"dpfp cannot reach d_dot={d_dot} with d_key={d_key}: {why}; reachable (nu <= d_key-1): "
+                f"{_dpfp_d_dots(d_key)}"
             )
         return {**_derive(cls.name, params, "nu", nu, d_dot), "d_key": d_key}
+
+
+def _dpfp_repeats(nu, d_key):
+    """The reason DPFP refuses nu >= d_key (see DPFP), as a phrase for error messages."""
+    return f"nu={nu} >= d_key={d_key} repeats or zeroes features (shift d_key pairs x with -x, 2*d_key-s repeats s)"
+
+
+def _dpfp_d_dots(d_key):
+    """The d_dot values DPFP reaches at d_key, 2 d_key nu for nu in [1, d_key-1], as text."""
+    values = [2 * d_key * nu for nu in range(1, d_key)]
+    shown = values if len(values) <= 3 else [*values[:2], "...", values[-1]]
+    return ", ".join(map(str, shown)) or "none (dpfp needs d_key >= 2)"
 
 
 class Taylor(FeatureMap):
