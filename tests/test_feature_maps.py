@@ -340,6 +340,48 @@ def test_favor_stabilize_cancels_under_both_normalisations_and_avoids_underflow(
     torch.testing.assert_close(result.double(), reference, atol=1e-4, rtol=1e-3)
 
 
+# ------------------------------------------------------------------ declared d_dot is the rank
+
+# Sizes per map at each d_key (a map not named here is checked with its defaults): every valid
+# nu of dpfp; favor one- and two-sided, with m = 1 and m = d_key + 1 (two orthogonal blocks),
+# iid, and stabilised (its queries then scaled by their own max); trig likewise.
+RANK_PARAMS = {
+    "dpfp": lambda d: [{"nu": nu} for nu in range(1, d)],
+    "favor": lambda d: [{"m": 1}, {"m": d + 1}, {"m": d + 1, "variant": "hyperbolic"},
+                        {"m": 2, "orthogonal": False},
+                        {"m": d, "variant": "hyperbolic", "stabilize": True, "input_scale": "performer"}],
+    "trig": lambda d: [{"m": 1}, {"m": d + 1}, {"m": 2, "orthogonal": False}],
+}
+RANK_CASES = [
+    (name, d_key, params)
+    for name, cls in FEATURE_MAPS.items() if not cls.is_softmax  # softmax: d_dot = inf, phi = identity
+    for d_key in (2, 3, 4, 6)
+    for params in RANK_PARAMS.get(name, lambda d: [{}])(d_key)
+]
+RANK_IDS = ["-".join([name, f"d_key={d_key}", *(f"{k}={v}" for k, v in params.items())])
+            for name, d_key, params in RANK_CASES]
+# A singular value below RANK_RTOL times the largest counts as zero. Measured over these cases
+# (float64, standard normal inputs, 4 d_dot rows): the d_dot-th is >= 8e-3 times the largest
+# (least for two-sided favor at d_key 2, m 3), while the features a declaration would overcount
+# (the repeated x_i x_j of a full vec(x x^T), dpfp shifts >= d_key) give <= 3e-16.
+RANK_RTOL = 1e-9
+
+
+@pytest.mark.parametrize("name, d_key, params", RANK_CASES, ids=RANK_IDS)
+def test_declared_d_dot_is_the_rank_of_the_features(name, d_key, params):
+    """d_dot is the capacity of the memory (§2.2) only if the features span d_dot dimensions:
+    phi(X) for 4 d_dot random keys, and the same as queries, must have rank exactly d_dot."""
+    with torch.random.fork_rng():  # a random map draws its projection from the global RNG
+        torch.manual_seed(14)
+        phi = build_feature_map(name, d_key=d_key, **params).double()
+    assert math.isfinite(phi.d_dot)
+    x = torch.randn(4 * phi.d_dot, d_key, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
+    for is_query in (False, True):
+        features = phi(x, is_query=is_query)
+        assert features.shape == (4 * phi.d_dot, phi.d_dot)
+        assert torch.linalg.matrix_rank(features, rtol=RANK_RTOL) == phi.d_dot, f"is_query={is_query}"
+
+
 # ---------------------------------------------------------------------------- d_dot resolution
 
 ROUND_TRIPS = [
