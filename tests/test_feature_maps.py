@@ -48,7 +48,7 @@ def test_dpfp1_examples_6_5_and_6_6():
 
 
 def test_dpfp_matches_the_formula_of_6_3():
-    d, nu = 3, 4
+    d, nu = 4, 3  # the largest nu < d_key; shifts wrap around mod 2 d_key
     x = torch.randn(5, d, generator=torch.Generator().manual_seed(0))
     out = build_feature_map("dpfp", d_key=d, nu=nu)(x)
     r = torch.relu(torch.cat([x, -x], -1))
@@ -100,9 +100,15 @@ def test_taylor_is_exactly_the_second_order_expansion():
     g = torch.Generator().manual_seed(2)
     q, k = torch.randn(7, d, generator=g, dtype=torch.float64), torch.randn(7, d, generator=g, dtype=torch.float64)
     phi = build_feature_map("taylor", d_key=d)
-    assert phi.d_dot == 1 + d + d * d and not phi.positive
+    assert phi.d_dot == 1 + d + d * (d + 1) // 2 and not phi.positive
     t = (q * k).sum(-1)
     torch.testing.assert_close((phi(q) * phi(k)).sum(-1), 1 + t / math.sqrt(d) + t**2 / (2 * d))
+
+    def full(x):  # [1, x / d^(1/4), vec(x x^T) / sqrt(2d)]: the same kernel in 1 + d + d^2 features
+        outer = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) / math.sqrt(2 * d)
+        return torch.cat([torch.ones_like(x[..., :1]), x / d**0.25, outer], dim=-1)
+
+    torch.testing.assert_close(phi(q) @ phi(k).T, full(q) @ full(k).T, rtol=1e-12, atol=1e-12)
 
 
 def test_favor_hyperbolic_and_input_scale_follow_their_formulas():
@@ -224,7 +230,7 @@ SHAPE_CASES = [
     ("elu", 7, {}),
     ("tanh", 4, {}),
     ("dpfp", 3, {}),
-    ("dpfp", 3, {"nu": 5}),
+    ("dpfp", 5, {"nu": 4}),
     ("dpfp", 6, {"nu": 2}),
     ("favor", 5, {}),
     ("favor", 5, {"m": 12}),
@@ -234,7 +240,7 @@ SHAPE_CASES = [
     ("taylor", 3, {}),
     ("taylor", 6, {}),
 ]
-EXPECTED_D_DOT = [math.inf, 5, 3, 7, 4, 6, 30, 24, 64, 12, 14, 6, 18, 13, 43]
+EXPECTED_D_DOT = [math.inf, 5, 3, 7, 4, 6, 40, 24, 64, 12, 14, 6, 18, 10, 28]
 POSITIVE = {"relu", "elu", "dpfp", "favor"}
 
 
@@ -334,6 +340,48 @@ def test_favor_stabilize_cancels_under_both_normalisations_and_avoids_underflow(
     torch.testing.assert_close(result.double(), reference, atol=1e-4, rtol=1e-3)
 
 
+# ------------------------------------------------------------------ declared d_dot is the rank
+
+# Sizes per map at each d_key (a map not named here is checked with its defaults): every valid
+# nu of dpfp; favor one- and two-sided, with m = 1 and m = d_key + 1 (two orthogonal blocks),
+# iid, and stabilised (its queries then scaled by their own max); trig likewise.
+RANK_PARAMS = {
+    "dpfp": lambda d: [{"nu": nu} for nu in range(1, d)],
+    "favor": lambda d: [{"m": 1}, {"m": d + 1}, {"m": d + 1, "variant": "hyperbolic"},
+                        {"m": 2, "orthogonal": False},
+                        {"m": d, "variant": "hyperbolic", "stabilize": True, "input_scale": "performer"}],
+    "trig": lambda d: [{"m": 1}, {"m": d + 1}, {"m": 2, "orthogonal": False}],
+}
+RANK_CASES = [
+    (name, d_key, params)
+    for name, cls in FEATURE_MAPS.items() if not cls.is_softmax  # softmax: d_dot = inf, phi = identity
+    for d_key in (2, 3, 4, 6)
+    for params in RANK_PARAMS.get(name, lambda d: [{}])(d_key)
+]
+RANK_IDS = ["-".join([name, f"d_key={d_key}", *(f"{k}={v}" for k, v in params.items())])
+            for name, d_key, params in RANK_CASES]
+# A singular value below RANK_RTOL times the largest counts as zero. Measured over these cases
+# (float64, standard normal inputs, 4 d_dot rows): the d_dot-th is >= 8e-3 times the largest
+# (least for two-sided favor at d_key 2, m 3), while the features a declaration would overcount
+# (the repeated x_i x_j of a full vec(x x^T), dpfp shifts >= d_key) give <= 3e-16.
+RANK_RTOL = 1e-9
+
+
+@pytest.mark.parametrize("name, d_key, params", RANK_CASES, ids=RANK_IDS)
+def test_declared_d_dot_is_the_rank_of_the_features(name, d_key, params):
+    """d_dot is the capacity of the memory (§2.2) only if the features span d_dot dimensions:
+    phi(X) for 4 d_dot random keys, and the same as queries, must have rank exactly d_dot."""
+    with torch.random.fork_rng():  # a random map draws its projection from the global RNG
+        torch.manual_seed(14)
+        phi = build_feature_map(name, d_key=d_key, **params).double()
+    assert math.isfinite(phi.d_dot)
+    x = torch.randn(4 * phi.d_dot, d_key, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
+    for is_query in (False, True):
+        features = phi(x, is_query=is_query)
+        assert features.shape == (4 * phi.d_dot, phi.d_dot)
+        assert torch.linalg.matrix_rank(features, rtol=RANK_RTOL) == phi.d_dot, f"is_query={is_query}"
+
+
 # ---------------------------------------------------------------------------- d_dot resolution
 
 ROUND_TRIPS = [
@@ -347,7 +395,7 @@ ROUND_TRIPS = [
     ("favor", 8, 32, {}, {"d_key": 8, "m": 32}),
     ("favor", 8, 32, {"variant": "hyperbolic"}, {"d_key": 8, "m": 16, "variant": "hyperbolic"}),
     ("trig", 8, 32, {"seed": 1}, {"d_key": 8, "m": 16, "seed": 1}),
-    ("taylor", 8, 21, {}, {"d_key": 4}),
+    ("taylor", 8, 15, {}, {"d_key": 4}),
 ]
 
 
@@ -359,12 +407,14 @@ def test_resolve_params_round_trips(name, d_key, d_dot, params, expected):
 
 INFEASIBLE = [
     ("dpfp", 64, 100, {}),
-    ("dpfp", 2, 16, {}),  # would need nu = 4 > 2*d_key - 1
+    ("dpfp", 2, 16, {}),  # would need nu = 4 >= d_key
+    ("dpfp", 4, 32, {}),  # would need nu = d_key: shift d_key pairs x with -x
     ("softmax", 64, 128, {}),
     ("favor", 8, 33, {"variant": "hyperbolic"}),
     ("favor", 8, 0, {}),
     ("trig", 8, 31, {}),
     ("taylor", 8, 20, {}),
+    ("taylor", 8, 13, {}),  # 1 + d + d^2 for d = 3: the full vec(x x^T) counts x_i x_j twice
     ("elu", 8, 12.5, {}),
 ]
 
@@ -377,14 +427,17 @@ def test_unreachable_d_dot_is_infeasible(name, d_key, d_dot, params):
 
 
 def test_dpfp_infeasible_message_lists_reachable_values():
-    with pytest.raises(InfeasibleError, match=r"dpfp cannot reach d_dot=100 with d_key=64: .*128, 256"):
+    with pytest.raises(InfeasibleError, match=r"dpfp cannot reach d_dot=100 with d_key=64: .*128, 256, \.\.\., 8064"):
         resolve_params("dpfp", 64, 100)
+    with pytest.raises(InfeasibleError, match=r"d_dot=32 with d_key=4: nu=4 >= d_key=4 repeats or zeroes .*8, 16, 24$"):
+        resolve_params("dpfp", 4, 32)
 
 
 CONFIG_ERRORS = [
     ("nope", dict(d_key=4), r"'nope'.*softmax, identity, relu, elu, tanh, dpfp, favor, trig, taylor"),
-    ("dpfp", dict(d_key=4, nu=0), r"nu .*\[1, 7\].* 0"),
-    ("dpfp", dict(d_key=4, nu=8), r"nu .*\[1, 7\].* 8"),
+    ("dpfp", dict(d_key=4, nu=0), r"nu .*\[1, 3\].* 0"),
+    ("dpfp", dict(d_key=4, nu=4), r"nu=4 >= d_key=4 repeats or zeroes features \(shift d_key pairs x with -x.*\[1, 3"),
+    ("dpfp", dict(d_key=1), r"d_key must be >= 2 .*got 1"),
     ("dpfp", dict(d_key=4, nu=1.5), r"nu"),
     ("favor", dict(d_key=4, m=0), r"m must be .* 0"),
     ("trig", dict(d_key=4, m=0), r"m must be .* 0"),

@@ -189,16 +189,22 @@ class Tanh(_Elementwise):
 class DPFP(FeatureMap):
     """Deterministic parameter-free projection, §6.3: r = relu([x, -x]) in R^{2 d_key} and
     phi = concat_{s=1..nu} r * roll(r, -s), i.e. (r * r^(s))_i = r_i r_{(i+s) mod 2 d_key}.
-    d_dot = 2 d_key nu; the §6.5-6.6 examples hold verbatim (e.g. (1.5, -0.8) -> (0, 0, 0, 1.2))."""
+    d_dot = 2 d_key nu; the §6.5-6.6 examples hold verbatim (e.g. (1.5, -0.8) -> (0, 0, 0, 1.2)).
+
+    §6.3 allows nu up to 2 d_key - 1, but shift s = d_key multiplies relu(x_i) by relu(-x_i),
+    always 0, and shift 2 d_key - s gives the products of shift s in another order: for
+    nu >= d_key the features have rank 2 d_key (d_key - 1) < d_dot, so nu must be < d_key
+    (for nu < d_key the 2 d_key nu products are distinct and linearly independent)."""
 
     name, positive = "dpfp", True
 
     def __init__(self, d_key, nu=1):
         super().__init__(d_key, 2 * d_key * nu, {"nu": nu})
-        _require(
-            _is_count(nu) and nu <= 2 * d_key - 1,
-            f"dpfp: nu must be an integer in [1, 2*d_key-1] = [1, {2 * d_key - 1}], got {nu!r}",
-        )
+        _require(d_key >= 2, f"dpfp: d_key must be >= 2 (at d_key=1 every feature is relu(x) relu(-x) = 0), "
+                             f"got {d_key!r}")
+        valid = f"an integer in [1, d_key-1] = [1, {d_key - 1}]"
+        _require(_is_count(nu), f"dpfp: nu must be {valid}, got {nu!r}")
+        _require(nu < d_key, f"dpfp: {_dpfp_repeats(nu, d_key)}; nu must be {valid}")
         self.nu = nu
 
     def forward(self, x, is_query=False):
@@ -225,36 +231,65 @@ class DPFP(FeatureMap):
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
         nu = _count(d_dot / (2 * d_key)) if _count(d_dot) else None
-        if nu is None or nu > 2 * d_key - 1:
+        if nu is None or nu >= d_key:
+            why = "d_dot must be 2*d_key*nu" if nu is None else _dpfp_repeats(nu, d_key)
             raise InfeasibleError(
-                f"dpfp cannot reach d_dot={d_dot} with d_key={d_key}: d_dot must be 2*d_key*nu = "
-                f"{2 * d_key}, {4 * d_key}, ..., {2 * d_key * (2 * d_key - 1)} (nu <= 2*d_key-1)"
+                f"dpfp cannot reach d_dot={d_dot} with d_key={d_key}: {why}; reachable (nu <= d_key-1): "
+                f"{_dpfp_d_dots(d_key)}"
             )
         return {**_derive(cls.name, params, "nu", nu, d_dot), "d_key": d_key}
 
 
+def _dpfp_repeats(nu, d_key):
+    """The reason DPFP refuses nu >= d_key (see DPFP), as a phrase for error messages."""
+    return f"nu={nu} >= d_key={d_key} repeats or zeroes features (shift d_key pairs x with -x, 2*d_key-s repeats s)"
+
+
+def _dpfp_d_dots(d_key):
+    """The d_dot values DPFP reaches at d_key, 2 d_key nu for nu in [1, d_key-1], as text."""
+    values = [2 * d_key * nu for nu in range(1, d_key)]
+    shown = values if len(values) <= 3 else [*values[:2], "...", values[-1]]
+    return ", ".join(map(str, shown)) or "none (dpfp needs d_key >= 2)"
+
+
 class Taylor(FeatureMap):
-    """Second-order Taylor features of exp as in Based: phi(x) = [1, x / d^(1/4), vec(x x^T) /
-    (sqrt(2) sqrt(d))] with d = d_key, so phi(q)^T phi(k) = 1 + t + t^2/2 with t = q^T k / sqrt(d),
-    the Taylor expansion of exp(q^T k / sqrt(d)) (always > 0, but the features can be negative)."""
+    """Second-order Taylor features of exp as in Based: with d = d_key and t = q^T k / sqrt(d),
+    phi(q)^T phi(k) = 1 + t + t^2/2, the Taylor expansion of exp(q^T k / sqrt(d)) (always > 0,
+    but the features can be negative). The full form [1, x / d^(1/4), vec(x x^T) / sqrt(2d)]
+    repeats every off-diagonal product x_i x_j (i < j) as x_j x_i, so phi keeps the upper
+    triangle only, off-diagonal entries times sqrt(2) (same kernel):
+
+        phi(x) = [1, x / d^(1/4), (x_i^2 / sqrt(2d))_i, (x_i x_j / sqrt(d))_{i<j}]
+
+    d_dot = 1 + d + d(d+1)/2 = (d+1)(d+2)/2, the number of linearly independent features (§2.2:
+    the dimension that bounds the capacity)."""
 
     name = "taylor"
 
     def __init__(self, d_key):
-        super().__init__(d_key, 1 + d_key + d_key**2, {})
+        super().__init__(d_key, _taylor_d_dot(d_key), {})
 
     def forward(self, x, is_query=False):
         d = self.d_key
-        quadratic = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) / math.sqrt(2 * d)
-        return torch.cat([torch.ones_like(x[..., :1]), x / d**0.25, quadratic], dim=-1)
+        i, j = torch.triu_indices(d, d, device=x.device)  # row by row: (0, 0), (0, 1), ...
+        scale = x.new_full(i.shape, 1 / math.sqrt(d)).masked_fill_(i == j, 1 / math.sqrt(2 * d))
+        return torch.cat([torch.ones_like(x[..., :1]), x / d**0.25, x[..., i] * x[..., j] * scale], dim=-1)
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
         n = _count(d_dot)
-        d = (math.isqrt(4 * n - 3) - 1) // 2 if n else 0  # root of d^2 + d + 1 = d_dot
-        if d < 1 or 1 + d + d * d != n:
-            raise InfeasibleError(f"taylor cannot reach d_dot={d_dot}: d_dot must be 1 + d + d^2 = 3, 7, 13, 21, ...")
+        d = (math.isqrt(8 * n + 1) - 3) // 2 if n else 0  # root of (d+1)(d+2)/2 = d_dot
+        if d < 1 or _taylor_d_dot(d) != n:
+            raise InfeasibleError(
+                f"taylor cannot reach d_dot={d_dot}: d_dot must be 1 + d + d(d+1)/2 = 3, 6, 10, 15, 21, ... "
+                f"(d = d_key)"
+            )
         return {**params, "d_key": d}
+
+
+def _taylor_d_dot(d_key):
+    """1 + d + d(d+1)/2: the constant, the linear and the distinct quadratic features of taylor."""
+    return 1 + d_key + d_key * (d_key + 1) // 2
 
 
 def _derive(name, params, key, value, d_dot):
