@@ -65,8 +65,11 @@ OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
 LOSS_FLOOR = 1e-12
 BOOTSTRAP_SAMPLES = 2000
 BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
-               "relu": "ReLU", "taylor": "Taylor"}
-ESSENTIAL_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",)}
+               "relu": "ReLU", "taylor": "Taylor", "squared_relu": "ReLU²", "hedgehog": "Hedgehog",
+               "t2r": "T2R", "rebased": "ReBased", "polysketch": "PolySketch",
+               "cosformer": "cosFormer"}
+ESSENTIAL_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",), "t2r": ("m",),
+                    "polysketch": ("r",)}
 
 
 @dataclass

@@ -78,6 +78,18 @@ class FeatureMap(nn.Module):
         shown = {k: ("[...]" if isinstance(v, list) else v) for k, v in self._params.items()}
         return ", ".join(f"{k}={v!r}" for k, v in {"d_key": self.d_key, "d_dot": self.d_dot, **shown}.items())
 
+    @property
+    def width(self):
+        """The number of features phi emits: d_dot, unless some are linearly dependent by
+        construction (rebased: its layer normalisation ties them by one relation)."""
+        return self.d_dot
+
+    @property
+    def query_rank(self):
+        """The number of independent features of queries: d_dot unless a map treats queries
+        differently (cosformer's query position uses half of its features)."""
+        return self.d_dot
+
     def maybe_redraw(self):
         """Called once per model forward, before phi is applied; deterministic maps do nothing."""
 
@@ -658,11 +670,42 @@ class Trig(_RandomFeatures):
 
 # ------------------------------------------------------------------------------------ registry
 
-FEATURE_MAPS = {cls.name: cls for cls in (Softmax, Identity, Relu, Elu, Tanh, DPFP, Favor, Trig, Taylor)}
+FEATURE_MAPS = {}
+ENTRY_POINTS = "kernelzoo.feature_maps"  # where installed packages register their own maps
+
+
+def register(cls):
+    """Class decorator: add a FeatureMap subclass to the registry under its ``name``. The
+    built-in maps, the wider zoo (zoo.py) and a user's own maps all register this way; a user's
+    package makes its module (or class) an entry point of the group ``kernelzoo.feature_maps``
+    so that kernelzoo imports it when a config names a map it does not know."""
+    _require(isinstance(cls, type) and issubclass(cls, FeatureMap) and cls.name,
+             f"register: {cls!r} is not a FeatureMap subclass with a name")
+    _require(FEATURE_MAPS.get(cls.name, cls) is cls,
+             f"register: feature map {cls.name!r} is already registered by {FEATURE_MAPS.get(cls.name)}")
+    FEATURE_MAPS[cls.name] = cls
+    return cls
+
+
+def _load_entry_points():
+    """Import every entry point of ENTRY_POINTS (a FeatureMap class is registered; a module
+    registers its own maps with @register on import)."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINTS):
+        try:
+            loaded = ep.load()
+        except Exception as err:
+            raise ConfigError(f"feature map plugin {ep.name!r} ({ep.value}) failed to import: "
+                              f"{type(err).__name__}: {err}") from None
+        if isinstance(loaded, type) and issubclass(loaded, FeatureMap):
+            register(loaded)
 
 
 def _lookup(name, params):
     """The class registered as `name`, after checking that it takes every parameter in params."""
+    if name not in FEATURE_MAPS:
+        _load_entry_points()
     _require(name in FEATURE_MAPS, f"unknown feature map {name!r}; valid: {', '.join(FEATURE_MAPS)}")
     cls = FEATURE_MAPS[name]
     valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "d_key")]
@@ -688,3 +731,8 @@ def build_feature_map(name, *, d_key, d_dot=None, **params):
     if d_dot is None:
         return _lookup(name, params)(d_key=d_key, **params)
     return FEATURE_MAPS[name](**resolve_params(name, d_key, d_dot, **params))
+
+
+for _cls in (Softmax, Identity, Relu, Elu, Tanh, DPFP, Favor, Trig, Taylor):
+    register(_cls)
+from . import zoo  # noqa: E402,F401  the wider zoo registers itself

@@ -198,7 +198,8 @@ def plan(cfg: DictConfig) -> dict:
 
 def _name_params(feature_map: str, params: dict) -> dict:
     """The feature-map parameters worth showing in a run id."""
-    shown = {"dpfp": ("nu",), "favor": ("m", "variant"), "trig": ("m",)}.get(feature_map, ())
+    shown = {"dpfp": ("nu",), "favor": ("m", "variant"), "trig": ("m",), "t2r": ("m",),
+             "polysketch": ("r", "degree")}.get(feature_map, ())
     return {k: params[k] for k in shown if params.get(k) is not None}
 
 
