@@ -434,13 +434,24 @@ CONF = str(Path(__file__).resolve().parents[2] / "conf")  # the repo's conf/
 GROUPS = ("feature_map", "memory", "task", "trainer", "logger", "launcher", "search")
 
 
+def config_dirs(argv: list[str]) -> list[Path]:
+    """conf/ and the directories a user adds with ``hydra.searchpath=[file://DIR,...]``."""
+    dirs = [Path(CONF)]
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key == "hydra.searchpath":
+            dirs += [Path(v.strip()[len("file://"):]) for v in value.strip("[]").split(",")
+                     if v.strip().startswith("file://")]
+    return dirs
+
+
 def check_choices(argv: list[str]) -> None:
     """Unknown config-group options get one line (Hydra's own message lists its search path)."""
     for arg in argv:
         key, _, value = arg.lstrip("+~").partition("=")
         if key not in GROUPS or not value:
             continue
-        valid = sorted(p.stem for p in (Path(CONF) / key).glob("*.yaml"))
+        valid = sorted({p.stem for d in config_dirs(argv) for p in (d / key).glob("*.yaml")})
         for choice in value.strip("[]").split(","):
             if choice and choice not in valid:
                 print(f"error: {key}={choice} is unknown; valid: {', '.join(valid)}",
