@@ -80,9 +80,11 @@ PUBLISHED_NOTE = (
 CAPTIONS = {
     "loss_vs_keys": "Final eval loss against the number of keys, median over seeds: a star marks "
                     "each configuration's failure point n* on the tau line, a dashed line each "
-                    "distinct predicted capacity d_dot, hollow markers the published losses.",
+                    "distinct predicted capacity d_dot; hollow markers, for the authors' "
+                    "configurations, their published losses.",
     "observed_vs_predicted": "The headline: each failure point against the capacity its map "
-                             "predicts; triangles are bounds, hollow markers published values.",
+                             "predicts; triangles are bounds, hollow markers published values "
+                             "(the authors' configurations only).",
     "heatmap": "Median final eval loss per configuration and number of keys at their true "
                "S, on one colour scale centred on tau for all heatmaps. A map's heatmap is left "
                "out when no cell passes: it would show no boundary.",
