@@ -203,8 +203,10 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
         "feature_map", "params", "d_key", "d_dot", "update_rule", "predicted_capacity", "n_seeds",
         "observed_capacity", "ci_low", "ci_high", "first_failure", "ratio", "outcome"]
     assert header[13] == "observed_capacity_acc"
+    assert header[-2:] == list(analyze.published.PUBLISHED_COLUMNS) == [
+        "published_capacity", "published_outcome"]  # appended after label
     capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
-    assert capacity.shape == (5, 18)
+    assert capacity.shape == (5, 20)
     assert capacity.loc["ELU+1", "observed_capacity"] == pytest.approx(crossing(60, 1e-4, 80, 0.3))
 
     report = (exp / "report.md").read_text()
@@ -298,7 +300,8 @@ def test_one_seed_reads_as_its_bracket_and_lists_the_noise(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = (exp / "report.md").read_text()
     value = f"{crossing(60, 1e-4, 80, 0.3):.3g}"
-    assert f"| ELU+1 | 64 | 64 | 1 seed | {value} (between 60 and 80) | 80 |" in report
+    # ELU+1 at d_key 64 is the authors' Linear: its published failure point (test_plots) beside
+    assert f"| ELU+1 | 64 | 64 | 1 seed | {value} (between 60 and 80) | 54.7 | 80 |" in report
     assert "Isolated failures treated as noise (a failure followed by a pass): 1" in report
     assert "ELU+1, seed 1, n_keys 40: final eval loss 0.2 (converged)" in report
 

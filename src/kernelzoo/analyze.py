@@ -5,8 +5,10 @@
 
 Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model)
 and, for a failure-point search, ``search.json`` (why each probe was trained), saves them as
-``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``) and ``report.md``
-(``report.py``) beside it. Grids and the sparse, irregular n_keys of a search are read alike.
+``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``, ``heatmaps.py``; PNG
+and SVG) and ``report.md`` (``report.py``) beside it. Configurations that are one of the
+authors' Figure 2 configurations (``published.py``) also get the failure point of the authors'
+published losses by the same rule: ``published_capacity`` and ``published_outcome``. Grids and the sparse, irregular n_keys of a search are read alike.
 Partial sweeps are analysed as far as they go; run directories without a summary, corrupted
 summaries and grid holes are listed in the report. Nothing is ever deleted.
 
@@ -47,11 +49,12 @@ import pandas as pd
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from kernelzoo import plots, tracking
+from kernelzoo import plots, published, tracking
 from kernelzoo.report import write_report
 from kernelzoo.search import candidate, failing
 from kernelzoo.store import (CURVE_COLUMNS, StoreError, atomic_write_text, experiment_dir,
-                             read_search, read_summary)
+                             read_config_value, read_search, read_summary)
+from kernelzoo.style import is_search, natural_key
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
@@ -282,7 +285,7 @@ def capacity_table(runs: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS + EXTRA_COLUMNS))
     for key in ("d_dot", "predicted_capacity"):
         table[key] = table[key].astype("Int64")
-    order = sorted(range(len(table)), key=lambda i: plots.natural_key(table["label"].iloc[i]))
+    order = sorted(range(len(table)), key=lambda i: natural_key(table["label"].iloc[i]))
     return table.iloc[order].reset_index(drop=True)
 
 
@@ -292,7 +295,7 @@ def grid_holes(runs: pd.DataFrame) -> list[str]:
     all_seeds = sorted(runs["seed"].unique())
     present = set(zip(runs["label"], runs["seed"], runs["n_keys"]))
     holes = []
-    for label in sorted(runs["label"].unique(), key=plots.natural_key):
+    for label in sorted(runs["label"].unique(), key=natural_key):
         grid = sorted(runs.loc[runs["label"] == label, "n_keys"].unique())
         for seed in all_seeds:
             gaps = [str(n) for n in grid if (label, seed, n) not in present]
@@ -303,7 +306,8 @@ def grid_holes(runs: pd.DataFrame) -> list[str]:
 
 def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
                 exp_dir: Path) -> pd.DataFrame:
-    """Eval curves of the runs just below and above each failure point (the median-most seed)."""
+    """Eval curves of the runs just below and above each failure point (the median-most seed),
+    with each run's stop threshold (``trainer.stop_loss`` in its config.yaml; NaN if absent)."""
     frames = []
     for row in capacity[capacity["outcome"] == "fails_at"].itertuples():
         group = seeds[(seeds["label"] == row.label) & (seeds["outcome"] == "fails_at")]
@@ -316,7 +320,9 @@ def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
                 curve = pd.read_csv(path, usecols=list(CURVE_COLUMNS))
             except (OSError, ValueError, pd.errors.ParserError):
                 continue
-            frames.append(curve.assign(label=row.label, n_keys=int(n), side=side))
+            stop_loss = _number(read_config_value(path.parent, "trainer.stop_loss"))
+            frames.append(curve.assign(label=row.label, n_keys=int(n), side=side,
+                                       stop_loss=stop_loss))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -354,13 +360,17 @@ def analyze(cfg: DictConfig) -> None:
         return
     runs.to_parquet(exp_dir / "runs.parquet", index=False)
     seeds = seed_table(runs, cfg.threshold, cfg.accuracy_threshold)
-    capacity = capacity_table(runs, seeds)
+    points = published.points(runs)
+    capacity = published.capacity_columns(
+        capacity_table(runs, seeds), points,
+        lambda n, loss: loss_failure(n, loss, np.zeros(len(n), bool), cfg.threshold))
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
-    search = plots.is_search(runs)  # sparse probes: no grid to fill
-    figures = plots.all_figures(runs, capacity, curve_table(runs, seeds, capacity, exp_dir),
-                                exp_dir, cfg.threshold, cfg.accuracy_threshold, search)
+    search = is_search(runs)  # sparse probes: no grid to fill
+    figures, omitted = plots.all_figures(runs, capacity, points,
+                                         curve_table(runs, seeds, capacity, exp_dir), exp_dir,
+                                         cfg.threshold, cfg.accuracy_threshold, search)
     report = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, missing, corrupted,
-                          None if search else grid_holes(runs), figures, cfg.threshold,
+                          None if search else grid_holes(runs), figures, omitted, cfg.threshold,
                           cfg.accuracy_threshold, rule=__doc__.partition("---\n")[2].strip())
     print(f"analysed {len(runs)} runs of {cfg.experiment} -> {report}")
     if cfg.logger.get("name") != "none":

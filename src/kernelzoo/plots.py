@@ -1,69 +1,40 @@
 """Figures of the capacity analysis, drawn from the tables that ``analyze`` builds.
 
 Every function takes DataFrames (``runs``: one row per summary plus ``label``; ``capacity``: the
-capacity table) and an output directory, writes one PNG and returns its path. One colour per
-configuration label throughout (``config_colors``: a fixed mapping in natural label order).
-Figures use matplotlib's object API with the Agg canvas: no pyplot state, no display needed.
+capacity table with its published columns; ``published``: the authors' points of the matching
+configurations, ``published.points``) and an output directory, writes one figure as PNG and SVG
+(``style.save``) and returns the PNG's path. The heatmaps are in ``heatmaps.py``; colours, label
+order and legends in ``style.py``.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
-DISPLAY_FLOOR = 1e-8  # losses are clipped here so that a loss of 0 still shows on a log axis
-OUTCOME_MARKERS = {"fails_at": "o", "never_fails": "^", "fails_everywhere": "v"}
-
-
-def natural_key(label: str) -> list:
-    """Sort key that orders "FAVOR+ m=64" before "FAVOR+ m=128"."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label)]
-
-
-def config_colors(labels) -> dict[str, tuple]:
-    """Fixed colour per configuration label, assigned in natural label order."""
-    labels = sorted(set(labels), key=natural_key)
-    if len(labels) <= 10:
-        cmap = matplotlib.colormaps["tab10"]
-        return {label: cmap(i) for i, label in enumerate(labels)}
-    cmap = matplotlib.colormaps["tab20" if len(labels) <= 20 else "turbo"]
-    return {label: cmap(i / max(len(labels) - 1, 1)) for i, label in enumerate(labels)}
-
-
-def _dkey(values) -> str:
-    keys = sorted({int(v) for v in values})
-    return f"d_key={keys[0]}" if len(keys) == 1 else "d_key in {" + ", ".join(map(str, keys)) + "}"
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
-
-
-def _legend(ax) -> None:
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-
-
-def is_search(runs: pd.DataFrame) -> bool:
-    """True for the runs of a failure-point search (``search=bisect``), which are its probes."""
-    return "probe_round" in runs and bool(runs["probe_round"].notna().any())
+from kernelzoo.heatmaps import heatmaps
+from kernelzoo.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
+                             config_colors, dkey, is_search, legend, natural, save)
 
 
 def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, bad_value: float,
-             floor: float | None = None) -> None:
-    """Seeds as points, the median over seeds as a line; diverged or missing values as x marks
-    at ``bad_value`` (they count as failing). Infeasible runs are not drawn."""
+             floor: float | None = None) -> list:
+    """Seeds as points, the median over seeds as a line, configurations in natural order;
+    diverged or missing values as x marks at ``bad_value`` (they count as failing); runs
+    stopped by the step cap ringed in black. Infeasible runs are not drawn. Returns the
+    legend entries for the x marks and rings that were drawn."""
     probes = is_search(runs)  # a search's probes are few: drawn large, edged
     dots = dict(s=30, alpha=0.9, edgecolors="black", linewidths=0.4) if probes else \
         dict(s=14, alpha=0.45, linewidths=0)
-    for label, group in runs[runs["status"] != "infeasible"].groupby("label"):
+    feasible = runs[runs["status"] != "infeasible"]
+    for label in natural(feasible["label"]):
+        group = feasible[feasible["label"] == label]
         values = group[column].where(group["status"] != "diverged").astype(float)
         if floor is not None:
             values = values.clip(lower=floor)
@@ -74,6 +45,10 @@ def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, bad_value: float
             ax.scatter(group["n_keys"][~ok], np.full(int((~ok).sum()), bad_value), marker="x",
                        s=24, color=color)
         shown = values.where(ok, bad_value)
+        capped = group["status"].eq("max_steps").to_numpy()
+        if capped.any():
+            ax.scatter(group["n_keys"][capped], shown[capped], s=48, facecolors="none",
+                       edgecolors="black", linewidths=0.8, gid="step-cap")
         if group.groupby("seed")["n_keys"].apply(frozenset).nunique() > 1:
             # seeds probed different n_keys (a search): one thin line per seed, no median
             for i, (_, seed) in enumerate(shown.groupby(group["seed"])):
@@ -84,152 +59,218 @@ def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, bad_value: float
             continue
         median = shown.groupby(group["n_keys"]).median()
         ax.plot(median.index, median.to_numpy(), "-", lw=1.6, color=color, label=label)
+    status = feasible["status"]
+    notes = []
+    if (status.eq("diverged") | ~np.isfinite(feasible[column].astype(float))).any():
+        notes.append(Line2D([], [], ls="none", marker="x", color="grey",
+                            label="x: diverged or missing (drawn at the edge)"))
+    if status.eq("max_steps").any():
+        notes.append(Line2D([], [], ls="none", marker="o", ms=7, mfc="none", mec="black",
+                            label="ringed: stopped by the step cap, not the stopping rule"))
+    return notes
 
 
-def loss_vs_keys(runs: pd.DataFrame, capacity: pd.DataFrame, colors: dict, threshold: float,
-                 out_dir: Path) -> Path:
-    """Figure 2 style: final eval loss (log) against n_keys, predicted capacities dashed."""
-    fig = Figure(figsize=(8, 5))
-    ax = fig.add_subplot()
+def capacity_lines(capacity: pd.DataFrame) -> dict[int, list[str]]:
+    """Each distinct predicted capacity (d_dot) with the configurations sharing it, in
+    natural order: one dashed line per key in ``loss_vs_keys``."""
+    bounded = capacity[capacity["predicted_capacity"].notna()]
+    return {int(d): natural(group["label"])
+            for d, group in bounded.groupby(bounded["predicted_capacity"].astype(int))}
+
+
+def _draw_capacity_lines(ax, capacity: pd.DataFrame, colors: dict, x_max: float) -> str:
+    """One dashed line per distinct d_dot within the x range, in the colour of its only
+    configuration (grey when shared), named on a top axis with the configurations sharing it.
+    Returns a note naming the d_dot beyond the x range ("" if none)."""
+    lines = capacity_lines(capacity)
+    shown = {d: labels for d, labels in lines.items() if d <= x_max}
+    beyond = [f"{', '.join(labels)} at {d}" for d, labels in lines.items() if d > x_max]
+    for d_dot, labels in shown.items():
+        ax.axvline(d_dot, ls="--", lw=1, gid="capacity",
+                   color=colors[labels[0]] if len(labels) == 1 else "0.3")
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(list(shown), [f"d_dot {d}: {', '.join(labels)}" for d, labels in shown.items()],
+                   rotation=20, ha="left", fontsize=7)
+    top.tick_params(length=3, pad=1)
+    return f"; d_dot beyond the axis: {'; '.join(beyond)}" if beyond else ""
+
+
+def _published_overlay(ax, capacity: pd.DataFrame, published: pd.DataFrame, colors: dict,
+                       threshold: float) -> None:
+    """The authors' losses as hollow markers on a thin dashed line, their failure points as
+    hollow stars on the tau line."""
+    for label in natural(published["label"]):
+        series = published[published["label"] == label]
+        ax.plot(series["n_keys"], series["final_eval_loss"].clip(lower=DISPLAY_FLOOR), "--",
+                lw=0.7, marker="o", ms=3.5, mfc="none", mew=0.7, alpha=0.8, color=colors[label],
+                gid="published")
+    for row in capacity[capacity["published_outcome"] == "fails_at"].itertuples():
+        ax.plot(row.published_capacity, threshold, ls="none", marker="*", ms=14, mfc="none",
+                mec=colors[row.label], mew=1.0, zorder=5, gid="published-failure-point")
+
+
+def draw_loss_vs_keys(ax, runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
+                      colors: dict, threshold: float) -> None:
+    """``loss_vs_keys`` on ``ax``: lines with gid "capacity", "failure-point", "published"."""
     finite = runs["final_eval_loss"][np.isfinite(runs["final_eval_loss"])]
     top = max(finite.max() if len(finite) else 1.0, threshold, 1.0) * 2
-    _per_key(ax, runs, colors, "final_eval_loss", top, floor=DISPLAY_FLOOR)
-    for row in capacity[capacity["predicted_capacity"].notna()].itertuples():
-        ax.axvline(float(row.predicted_capacity), ls="--", lw=1, color=colors[row.label])
-    ax.axhline(threshold, color="black", ls=":", lw=1, label=f"tau = {threshold:g}")
-    ax.set_xlim(0, runs["n_keys"].max() * 1.05)
+    notes = _per_key(ax, runs, colors, "final_eval_loss", top, floor=DISPLAY_FLOOR)
+    handles = ax.get_legend_handles_labels()[0]
+    x_max = max(runs["n_keys"].max(), published["n_keys"].max() if len(published) else 0) * 1.05
+    beyond = _draw_capacity_lines(ax, capacity, colors, x_max)
+    ax.axhline(threshold, color="black", ls=":", lw=1)
+    for row in capacity[capacity["outcome"] == "fails_at"].itertuples():
+        ax.plot(row.observed_capacity, threshold, ls="none", marker="*", ms=13,
+                color=colors[row.label], mec="black", mew=0.5, zorder=6, gid="failure-point")
+    if len(published):
+        _published_overlay(ax, capacity, published, colors, threshold)
+    ax.set_xlim(0, x_max)
     ax.set_yscale("log")
-    ax.set_xlabel("number of keys S (dashed: predicted capacity d_dot; x: diverged"
-                  + ("; points: the search's probes)" if is_search(runs) else ")"))
-    ax.set_ylabel("final eval loss (log scale)")
-    ax.set_title(f"Final eval loss vs number of keys ({_dkey(runs['d_key'])}; "
-                 f"fails above tau = {threshold:g})")
-    _legend(ax)
-    return _save(fig, out_dir / "loss_vs_keys.png")
+    ax.set_xlabel("number of keys S" + (" (points: the search's probes)" if is_search(runs)
+                                        else "") + beyond)
+    ax.set_ylabel("final evaluation loss (log scale)")
+    ax.set_title(f"Retrieval loss against the number of keys ({dkey(runs['d_key'])})\n"
+                 f"a configuration fails where its loss rises above tau = {threshold:g}",
+                 fontsize=10)
+    handles += [
+        Line2D([], [], color="black", ls=":", lw=1, label=f"tau = {threshold:g}"),
+        Line2D([], [], ls="none", marker="*", ms=10, color="grey", mec="black", mew=0.5,
+               label="failure point n*"),
+        Line2D([], [], color="grey", ls="--", lw=1, label="predicted capacity d_dot")]
+    if len(published):
+        handles.append(Line2D([], [], color="grey", ls="--", lw=0.7, marker="o", ms=3.5,
+                              mfc="none", label=f"{PUBLISHED_LABEL}; hollow star: its n*"))
+    legend(ax, handles + notes)
+
+
+def loss_vs_keys(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
+                 colors: dict, threshold: float, out_dir: Path) -> Path:
+    """Figure 2 style: final eval loss (log) against the number of keys, one line per
+    configuration in natural order; its failure point n* as a star on the tau line; one dashed
+    line per distinct predicted capacity d_dot, labelled with the configurations sharing it;
+    runs stopped by the step cap ringed; the authors' published losses and failure points of
+    the matching configurations hollow, on thin dashed lines."""
+    fig = Figure(figsize=(9, 5.5))
+    draw_loss_vs_keys(fig.add_subplot(), runs, capacity, published, colors, threshold)
+    return save(fig, out_dir / "loss_vs_keys.png")
 
 
 def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float,
                      out_dir: Path) -> Path:
-    """Retrieval accuracy against n_keys, with the accuracy threshold."""
+    """Retrieval accuracy against the number of keys, with the accuracy threshold."""
     fig = Figure(figsize=(8, 5))
     ax = fig.add_subplot()
-    _per_key(ax, runs, colors, "final_eval_accuracy", 0.0)
-    ax.axhline(accuracy_threshold, color="black", ls=":", lw=1,
-               label=f"threshold = {accuracy_threshold:g}")
+    notes = _per_key(ax, runs, colors, "final_eval_accuracy", 0.0)
+    handles = ax.get_legend_handles_labels()[0]
+    ax.axhline(accuracy_threshold, color="black", ls=":", lw=1)
     ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("number of keys S (x: diverged)")
-    ax.set_ylabel("final eval retrieval accuracy")
-    ax.set_title(f"Retrieval accuracy vs number of keys ({_dkey(runs['d_key'])}; "
-                 f"fails below {accuracy_threshold:g})")
-    _legend(ax)
-    return _save(fig, out_dir / "accuracy_vs_keys.png")
+    ax.set_xlabel("number of keys S")
+    ax.set_ylabel("final evaluation retrieval accuracy")
+    ax.set_title(f"Retrieval accuracy against the number of keys ({dkey(runs['d_key'])}; "
+                 f"fails below {accuracy_threshold:g})", fontsize=10)
+    legend(ax, handles + [Line2D([], [], color="black", ls=":", lw=1,
+                                 label=f"threshold = {accuracy_threshold:g}")] + notes)
+    return save(fig, out_dir / "accuracy_vs_keys.png")
 
 
 def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float,
                           out_dir: Path) -> Path:
-    """Observed against predicted capacity (log-log) with y = x; bounds as triangles."""
-    fig = Figure(figsize=(6.5, 5.5))
+    """Observed against predicted capacity (log-log) with y = x: each configuration's failure
+    point with its bracket or interval, bounds as triangles, the published failure points
+    (same rule over the authors' losses) hollow."""
+    fig = Figure(figsize=(7, 5.5))
     ax = fig.add_subplot()
     rows = capacity[capacity["predicted_capacity"].notna() & (capacity["outcome"] != "no_data")]
     for row in rows.itertuples():
         x, y = float(row.predicted_capacity), row.observed_capacity
         ax.errorbar(x, y, yerr=[[y - row.ci_low], [row.ci_high - y]],
                     fmt=OUTCOME_MARKERS[row.outcome], ms=8, capsize=3, color=colors[row.label],
-                    label=f"{row.label} ({row.outcome})")
-    if len(rows):
-        values = pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
-                            rows["ci_high"]])
-        low, high = values.min() / 1.5, values.max() * 1.5
-        ax.plot([low, high], [low, high], "k:", lw=1, label="y = x")
-        ticks = 2.0 ** np.arange(np.floor(np.log2(low)), np.ceil(np.log2(high)) + 1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
-            axis.set_minor_formatter(NullFormatter())
-        ax.set_xlim(low, high)
-        ax.set_ylim(low, high)
-        _legend(ax)
-    else:
+                    label=row.label)
+        if pd.notna(row.published_capacity):
+            ax.plot(x, row.published_capacity, ls="none", ms=13, mfc="none", mew=1.2,
+                    marker=OUTCOME_MARKERS[row.published_outcome], mec=colors[row.label])
+    ax.set_xlabel("predicted capacity d_dot (log)")
+    ax.set_ylabel(f"observed failure point n*: loss crosses tau = {threshold:g} (log)")
+    ax.set_title(f"Observed against predicted capacity ({dkey(capacity['d_key'])})", fontsize=10)
+    if rows.empty:
         ax.text(0.5, 0.5, "no configuration with a bounded prediction and data",
                 ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("predicted capacity d_dot (log)")
-    ax.set_ylabel(f"observed capacity: n where loss > {threshold:g} (log)")
-    ax.set_title(f"Observed vs predicted capacity ({_dkey(capacity['d_key'])})\n"
-                 "o: fails at, ^: never fails (lower bound), v: fails everywhere (upper bound)",
-                 fontsize=10)
-    return _save(fig, out_dir / "observed_vs_predicted.png")
+        return save(fig, out_dir / "observed_vs_predicted.png")
+    values = pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
+                        rows["ci_high"], rows["published_capacity"].dropna()])
+    low, high = values.min() / 1.5, values.max() * 1.5
+    ax.plot([low, high], [low, high], "k:", lw=1)
+    ticks = 2.0 ** np.arange(np.floor(np.log2(low)), np.ceil(np.log2(high)) + 1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    handles = ax.get_legend_handles_labels()[0] + [
+        Line2D([], [], ls="none", marker=OUTCOME_MARKERS[o], color="grey", label=words)
+        for o, words in OUTCOME_WORDS.items() if (rows["outcome"] == o).any()]
+    handles.append(Line2D([], [], color="black", ls=":", lw=1, label="y = x: n* = d_dot"))
+    if rows["published_capacity"].notna().any():
+        handles.append(Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="grey",
+                              label=f"hollow: {PUBLISHED_LABEL}, same rule"))
+    legend(ax, handles)
+    return save(fig, out_dir / "observed_vs_predicted.png")
 
 
-def heatmaps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """``heatmap_<map>.png`` for each map run at >= 2 values of d_dot: median final loss per
-    (configuration, n_keys), rows ordered by d_dot, a red bar where n_keys = d_dot, grey holes."""
-    paths = []
-    feasible = runs[runs["status"] != "infeasible"]
-    for fmap, group in feasible.groupby("feature_map"):
-        if group["d_dot"].nunique() < 2:
-            continue
-        loss = group["final_eval_loss"].where(group["status"] != "diverged").astype(float)
-        loss = loss.fillna(np.inf).clip(lower=DISPLAY_FLOOR)
-        table = loss.groupby([group["label"], group["n_keys"]]).median().unstack()
-        d_dot = group.groupby("label")["d_dot"].first()
-        table = table.loc[sorted(table.index, key=lambda lab: (d_dot[lab], natural_key(lab)))]
-        finite = table.to_numpy()[np.isfinite(table.to_numpy())]
-        vmin, vmax = (finite.min(), finite.max()) if len(finite) else (DISPLAY_FLOOR, 1.0)
-        values = np.where(np.isinf(table.to_numpy()), vmax, table.to_numpy())
-        fig = Figure(figsize=(max(7.0, 0.25 * table.shape[1] + 3), 2.2 + 0.45 * len(table)))
-        ax = fig.add_subplot()
-        ax.set_facecolor("lightgrey")
-        image = ax.imshow(values, aspect="auto", interpolation="nearest", cmap="viridis",
-                          norm=LogNorm(vmin=vmin, vmax=max(vmax, vmin * 1.0001)))
-        columns = np.asarray(table.columns, float)
-        step = max(1, len(columns) // 15)
-        ax.set_xticks(range(0, len(columns), step), [str(int(n)) for n in columns[::step]])
-        ax.set_yticks(range(len(table)), [f"{lab} (d_dot={d_dot[lab]})" for lab in table.index])
-        for i, lab in enumerate(table.index):
-            if columns[0] <= d_dot[lab] <= columns[-1]:
-                x = np.interp(d_dot[lab], columns, np.arange(len(columns)))
-                ax.plot([x, x], [i - 0.5, i + 0.5], color="red", lw=2.5)
-        fig.colorbar(image, ax=ax, label="median final eval loss (log)")
-        ax.set_xlabel("number of keys S")
-        ax.set_title(f"{fmap}: median final eval loss over d_dot and number of keys "
-                     f"({_dkey(group['d_key'])})\nred bar: S = d_dot; grey: no data; "
-                     "diverged shown as the maximum", fontsize=10)
-        paths.append(_save(fig, out_dir / f"heatmap_{fmap}.png"))
-    return paths
-
-
-def curves(curve_table: pd.DataFrame, colors: dict, out_dir: Path) -> Path:
-    """Eval-loss curves of the runs just below (solid) and above (dashed) each failure point."""
-    fig = Figure(figsize=(8, 5))
-    ax = fig.add_subplot()
-    if curve_table.empty:
-        ax.text(0.5, 0.5, "no configuration with a failure point inside the grid",
-                ha="center", va="center", transform=ax.transAxes)
-    else:
-        for (label, n, side), group in curve_table.groupby(["label", "n_keys", "side"]):
-            loss = group["eval_loss"].where(group["eval_loss"] > 0)
-            ax.plot(group["step"], loss, "-" if side == "below" else "--", color=colors[label],
-                    label=f"{label}, S={n} ({'passes' if side == 'below' else 'fails'})")
+def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: Path) -> Path:
+    """One panel per configuration with a failure point inside the grid: the eval loss during
+    training of the runs just below (solid: passes) and above (dashed: fails) it, with tau and
+    the trainer's stop threshold (``stop_loss`` from the runs' config.yaml, where recorded)."""
+    labels = [] if curve_table.empty else natural(curve_table["label"])
+    ncols = min(3, max(len(labels), 1))
+    nrows = max(math.ceil(len(labels) / ncols), 1)
+    fig = Figure(figsize=(3.4 * ncols + 0.6, 2.6 * nrows + 0.9), layout="constrained")
+    axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False)
+    for ax in axes.ravel()[len(labels):]:
+        ax.set_visible(False)
+    if not labels:
+        axes[0, 0].set_visible(True)
+        axes[0, 0].text(0.5, 0.5, "no configuration with a failure point inside the grid",
+                        ha="center", va="center", transform=axes[0, 0].transAxes)
+    unrecorded = False
+    for ax, label in zip(axes.ravel(), labels):
+        table = curve_table[curve_table["label"] == label]
+        for (n, side), group in table.groupby(["n_keys", "side"]):
+            ax.plot(group["step"], group["eval_loss"].where(group["eval_loss"] > 0),
+                    "-" if side == "below" else "--", color=colors[label],
+                    label=f"S={n} ({'passes' if side == 'below' else 'fails'})")
+        ax.axhline(threshold, color="black", ls=":", lw=1, label=f"tau = {threshold:g}")
+        stops = table["stop_loss"].dropna().unique()
+        unrecorded |= len(stops) == 0
+        for stop in stops:
+            ax.axhline(stop, color="grey", ls="-.", lw=1, label=f"stop at {stop:g}")
         ax.set_yscale("log")
-        _legend(ax)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("eval loss (log scale)")
-    ax.set_title("Eval loss during training just below (solid) and above (dashed) "
-                 "each failure point", fontsize=10)
-    return _save(fig, out_dir / "curves.png")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("training step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6.5, frameon=False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("evaluation loss (log)", fontsize=8)
+    fig.suptitle("Evaluation loss during training just below (solid, passes) and above "
+                 "(dashed, fails) each failure point"
+                 + ("\nstop threshold not recorded in some runs' config.yaml" if unrecorded
+                    else ""), fontsize=10)
+    return save(fig, out_dir / "curves.png")
 
 
-def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, curve_table: pd.DataFrame,
-                out_dir: Path, threshold: float, accuracy_threshold: float,
-                search: bool = False) -> list[Path]:
-    """Every figure of the analysis, in report order, one colour per configuration. A search's
-    sparse probes have no grid for the heatmaps to fill."""
+def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
+                curve_table: pd.DataFrame, out_dir: Path, threshold: float,
+                accuracy_threshold: float, search: bool = False) -> tuple[list[Path], list[str]]:
+    """Every figure of the analysis in report order, one colour per configuration, and one
+    line per heatmap left out (why). A search's sparse probes have no grid for heatmaps."""
     colors = config_colors(capacity["label"])
+    maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
     return [
-        loss_vs_keys(runs, capacity, colors, threshold, out_dir),
+        loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
-        *([] if search else heatmaps(runs, out_dir)),
-        curves(curve_table, colors, out_dir),
+        *maps,
+        curves(curve_table, colors, threshold, out_dir),
         accuracy_vs_keys(runs, colors, accuracy_threshold, out_dir),
-    ]
+    ], omitted

@@ -1,9 +1,10 @@
 """``report.md`` of one experiment, written from the tables that ``analyze`` builds.
 
 Sections: what was run (runs, steps, wall time, machine, sweep invocations), the failure-point
-rule, the capacity table (each failure point with its honest bracket or interval), the
-comparison with the paper, the search's probes (for ``search=bisect``: which n_keys were
-trained and why), what is missing or was treated as noise, and the figures.
+rule, the capacity table (each failure point with its honest bracket or interval and, for the
+authors' own configurations, the failure point of their published losses), the comparison with
+the paper, the search's probes (for ``search=bisect``: which n_keys were trained and why), what
+is missing or was treated as noise, and the figures (PNG embedded, SVG linked, one caption each).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo.plots import natural_key
+from kernelzoo.style import natural_key
 from kernelzoo.store import atomic_write_text, read_sweep, trained_points
 
 
@@ -38,17 +39,70 @@ def observed(r) -> str:
     return f"{_cell(value)} [{_cell(r.ci_low)}, {_cell(r.ci_high)}] over {r.n_seeds} seeds"
 
 
+def published(r) -> str:
+    """The failure point of the authors' published losses: bounds as inequalities, "–" where
+    the configuration is not one of theirs."""
+    if pd.isna(r.published_outcome):
+        return "–"
+    sign = {"never_fails": ">= ", "fails_everywhere": "<= "}.get(r.published_outcome, "")
+    return sign + _cell(r.published_capacity)
+
+
+def has_published(capacity: pd.DataFrame) -> bool:
+    """True when some configuration is one of the authors' (its published column is filled)."""
+    return bool(capacity["published_outcome"].notna().any())
+
+
 def markdown_table(capacity: pd.DataFrame) -> list[str]:
-    head = ["configuration", "d_dot", "predicted", "seeds", "observed", "first failure", "ratio",
-            "outcome", "accuracy criterion"]
+    """The capacity table; a "published" column beside "observed" when any configuration is
+    one of the authors'."""
+    extra = has_published(capacity)
+    head = ["configuration", "d_dot", "predicted", "seeds", "observed",
+            *(["published"] if extra else []), "first failure", "ratio", "outcome",
+            "accuracy criterion"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in capacity.itertuples():
         seeds = f"{r.n_seeds} seed" + ("" if r.n_seeds == 1 else "s")
         lines.append("| " + " | ".join([
             r.label, _cell(r.d_dot), _cell(r.predicted_capacity) if pd.notna(r.predicted_capacity)
-            else "unbounded", seeds, observed(r), _cell(r.first_failure), _cell(r.ratio),
-            r.outcome, f"{_cell(r.observed_capacity_acc)} ({r.outcome_acc})"]) + " |")
+            else "unbounded", seeds, observed(r), *([published(r)] if extra else []),
+            _cell(r.first_failure), _cell(r.ratio), r.outcome,
+            f"{_cell(r.observed_capacity_acc)} ({r.outcome_acc})"]) + " |")
     return lines
+
+
+PUBLISHED_NOTE = (
+    "published: the same rule over the final eval losses the authors released (Schlag et al. "
+    "2021, Figure 2, one run per point, seed 1; `src/kernelzoo/data/published_figure2.csv`, "
+    "provenance in `data/README.md`), for the configurations that are theirs (Setting 1, same "
+    "d_key, update rule, map and the parameters that define it: see `published.py`); – for the "
+    "others.")
+CAPTIONS = {
+    "loss_vs_keys": "Final eval loss against the number of keys, median over seeds: a star marks "
+                    "each configuration's failure point n* on the tau line, a dashed line each "
+                    "distinct predicted capacity d_dot; hollow markers, for the authors' "
+                    "configurations, their published losses.",
+    "observed_vs_predicted": "The headline: each failure point against the capacity its map "
+                             "predicts; triangles are bounds, hollow markers published values "
+                             "(the authors' configurations only).",
+    "heatmap": "Median final eval loss per configuration and number of keys at their true "
+               "S, on one colour scale centred on tau for all heatmaps. A map's heatmap is left "
+               "out when no cell passes: it would show no boundary.",
+    "curves": "Eval loss during training of the runs just below and above each failure point, "
+              "with tau and the trainer's stop threshold.",
+    "accuracy_vs_keys": "Retrieval accuracy against the number of keys.",
+}
+
+
+def figure_lines(figures: list[Path], omitted: list[str]) -> list[str]:
+    """Each figure embedded (PNG) with its caption and a link to its SVG; then the figures
+    left out, with why."""
+    lines = ["## Figures", ""]
+    for path in figures:
+        caption = CAPTIONS["heatmap" if path.stem.startswith("heatmap_") else path.stem]
+        lines += [f"![]({path.name})", "", f"{caption} ([SVG]({path.with_suffix('.svg').name}))",
+                  ""]
+    return lines + [f"- {line}" for line in omitted]
 
 
 def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -> list[str]:
@@ -97,7 +151,7 @@ def noise(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[str]:
 
 def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
                  capacity: pd.DataFrame, missing: list[str], corrupted: list[str],
-                 holes: list[str], figures: list[Path], threshold: float,
+                 holes: list[str], figures: list[Path], omitted: list[str], threshold: float,
                  accuracy_threshold: float, rule: str) -> Path:
     """``report.md``: what ran where, the rule, the table, the probes, what is missing."""
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
@@ -140,14 +194,22 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
               f"{accuracy_threshold:g}.", "", rule, "",
               f"## Capacity (loss criterion: final eval loss > {threshold:g})", ""]
     lines += markdown_table(capacity)
+    if has_published(capacity):
+        lines += ["", PUBLISHED_NOTE]
     bounded = capacity[capacity["ratio"].notna()]
     lines += ["", "## Compared with the paper", "",
               "Schlag et al. (2021, Figure 2) predict that each deterministic map fails once the "
               "number of keys exceeds its d_dot. Observed / predicted ratios here: "
               + ("; ".join(f"{r.label} {r.ratio:.2f} ({r.outcome})" for r in bounded.itertuples())
                  or "none (no configuration with a bounded prediction has data)")
-              + ". A never_fails ratio is a lower bound, a fails_everywhere ratio an upper bound.",
-              ""]
+              + ". A never_fails ratio is a lower bound, a fails_everywhere ratio an upper bound."]
+    theirs = capacity[capacity["published_outcome"].notna()]
+    if len(theirs):
+        lines += ["", "Observed against published failure points (the same rule over the "
+                  "authors' losses): " + "; ".join(f"{r.label} {observed(r)} against "
+                                                    f"{published(r)}"
+                                                    for r in theirs.itertuples()) + "."]
+    lines.append("")
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]
@@ -165,7 +227,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
             ("Configurations whose seeds disagree on the outcome", mixed)):
         if items is not None:
             lines += [f"- {title}: {len(items) or 'none'}"] + _listing(items)
-    lines += ["", "## Figures", ""] + [f"![]({p.name})\n" for p in figures]
+    lines += [""] + figure_lines(figures, omitted)
     path = exp_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

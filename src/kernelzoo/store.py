@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import yaml
 from filelock import FileLock, Timeout
 
 STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
@@ -206,6 +207,18 @@ def read_summary(path: Path) -> dict:
     if summary["status"] not in STATUSES:
         raise StoreError(f"{file}: status {summary['status']!r} is not one of {', '.join(STATUSES)}")
     return summary
+
+
+def read_config_value(path: Path, key: str):
+    """A dotted ``key`` (``"trainer.stop_loss"``) of the run's ``config.yaml``; None when the
+    file or the key is missing or unreadable."""
+    try:
+        value = yaml.safe_load((path / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def is_done(path: Path) -> bool:

@@ -1,0 +1,95 @@
+"""The authors' published Figure 2 losses, matched to this suite's configurations.
+
+``data/published_figure2.csv`` (provenance in ``data/README.md``: the final eval loss of each of
+the 240 Figure 2 runs, from the logs Schlag et al. released, seed 1) is shipped with the package.
+``points(runs)`` gives the published series of every configuration of ``runs`` that is one of
+the authors', under its label; ``capacity_columns`` runs the analysis' failure-point rule over
+each series.
+
+A configuration is one of the authors' when it is Setting 1 (task ``capacity``) at the same
+d_key and update rule, with the feature map and the parameters that define their map:
+
+- ``linear``: ``elu``;
+- ``dpfpN``: ``dpfp`` with nu = N;
+- ``favorM``: ``favor`` with m = M as they ran it (two-sided ``hyperbolic``, orthogonal, a new
+  projection every call, unscaled inputs, not stabilised); the other parameters are free;
+- ``softmax``: ``softmax``. Their update rule for it is ``cat`` (keys and values concatenated:
+  exact attention), which this suite records as ``sum``, the only rule it runs softmax with.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from importlib import resources
+
+import pandas as pd
+
+CSV = "published_figure2.csv"
+AUTHORS_FAVOR = {"variant": "hyperbolic", "orthogonal": True, "redraw": "every_call",
+                 "input_scale": 1.0, "stabilize": False}
+UPDATE_RULES = {"cat": "sum"}  # the authors' name -> this suite's
+PUBLISHED_COLUMNS = ("published_capacity", "published_outcome")
+POINT_COLUMNS = ("label", "source", "n_keys", "final_eval_loss", "steps")
+
+
+def configuration(name: str) -> tuple[str, dict]:
+    """(feature_map, the parameters it must have) for one of the authors' names."""
+    if name in ("linear", "softmax"):
+        return ("elu" if name == "linear" else "softmax"), {}
+    match = re.fullmatch(r"(dpfp|favor)(\d+)", name)
+    if match is None:
+        raise ValueError(f"{CSV}: unknown feature_map {name!r} "
+                         "(known: linear, softmax, dpfpN, favorM)")
+    fmap, number = match.group(1), int(match.group(2))
+    return (fmap, {"nu": number}) if fmap == "dpfp" else (fmap, {"m": number, **AUTHORS_FAVOR})
+
+
+def load() -> pd.DataFrame:
+    """The published table as shipped; every feature_map name must be one ``configuration``
+    knows (a ValueError names the first that is not)."""
+    with resources.files("kernelzoo").joinpath("data", CSV).open() as f:
+        table = pd.read_csv(f)
+    for name in table["feature_map"].unique():
+        configuration(name)
+    return table
+
+
+def _matches(name: str, rule: str, d_key: int, config) -> bool:
+    fmap, required = configuration(name)
+    params = json.loads(config.feature_map_params)
+    return (config.task == "capacity" and config.feature_map == fmap
+            and int(config.d_key) == d_key and config.update_rule == UPDATE_RULES.get(rule, rule)
+            and all(k in params and params[k] == v for k, v in required.items()))
+
+
+def points(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The published points (columns POINT_COLUMNS, n_keys ascending) of every configuration of
+    ``runs`` that is one of the authors'; ``source`` is their name for it."""
+    published = load() if published is None else published
+    frames = []
+    for config in runs.drop_duplicates("label").itertuples():
+        for (name, rule, d_key), series in published.groupby(["feature_map", "update_rule",
+                                                             "d_key"]):
+            if _matches(name, rule, d_key, config):
+                frames.append(series.assign(label=config.label, source=name))
+    if not frames:
+        return pd.DataFrame(columns=list(POINT_COLUMNS))
+    return pd.concat(frames)[list(POINT_COLUMNS)].sort_values(["label", "n_keys"],
+                                                              ignore_index=True)
+
+
+def capacity_columns(capacity: pd.DataFrame, published_points: pd.DataFrame,
+                     failure) -> pd.DataFrame:
+    """``capacity`` with PUBLISHED_COLUMNS appended: ``failure(n_keys, losses)`` (the analysis'
+    loss rule, returning its SeedResult) over each configuration's published series; NaN and
+    empty where the configuration is not one of the authors'."""
+    results = {label: failure(series["n_keys"].to_numpy(), series["final_eval_loss"].to_numpy())
+               for label, series in published_points.groupby("label")}
+    capacity = capacity.copy()
+    capacity["published_capacity"] = [results[label].value if label in results else math.nan
+                                      for label in capacity["label"]]
+    capacity["published_outcome"] = [results[label].outcome if label in results else None
+                                     for label in capacity["label"]]
+    return capacity

@@ -1,0 +1,76 @@
+"""What every figure of the analysis shares: label order, colours, markers, legends, saving.
+
+One colour per configuration label throughout (``config_colors``: a fixed mapping in natural
+label order, so "m=64" comes before "m=128"). Figures use matplotlib's object API with the Agg
+canvas: no pyplot state, no display needed. ``save`` writes each figure as PNG and SVG.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
+
+DISPLAY_FLOOR = 1e-8  # losses are clipped here so that a loss of 0 still shows on a log axis
+OUTCOME_MARKERS = {"fails_at": "o", "never_fails": "^", "fails_everywhere": "v"}
+OUTCOME_WORDS = {"fails_at": "fails at n* (bar: its bracket, or the interval over seeds)",
+                 "never_fails": "never fails: lower bound",
+                 "fails_everywhere": "fails everywhere: upper bound"}
+PUBLISHED_LABEL = "published (Schlag et al. 2021)"
+SVG_SETTINGS = {"svg.fonttype": "none", "svg.hashsalt": "kernelzoo"}  # text as text, stable ids
+
+
+def natural_key(label: str) -> list:
+    """Sort key that orders "FAVOR+ m=64" before "FAVOR+ m=128"."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label)]
+
+
+def natural(labels) -> list[str]:
+    """The distinct labels in natural order."""
+    return sorted(set(labels), key=natural_key)
+
+
+def config_colors(labels) -> dict[str, tuple]:
+    """Fixed colour per configuration label, assigned in natural label order."""
+    labels = natural(labels)
+    if len(labels) <= 10:
+        cmap = matplotlib.colormaps["tab10"]
+        return {label: cmap(i) for i, label in enumerate(labels)}
+    cmap = matplotlib.colormaps["tab20" if len(labels) <= 20 else "turbo"]
+    return {label: cmap(i / max(len(labels) - 1, 1)) for i, label in enumerate(labels)}
+
+
+def dkey(values) -> str:
+    """"d_key=64", or the set of d_key values when an experiment has several."""
+    keys = sorted({int(v) for v in values})
+    return f"d_key={keys[0]}" if len(keys) == 1 else "d_key in {" + ", ".join(map(str, keys)) + "}"
+
+
+def is_search(runs: pd.DataFrame) -> bool:
+    """True for the runs of a failure-point search (``search=bisect``), which are its probes."""
+    return "probe_round" in runs and bool(runs["probe_round"].notna().any())
+
+
+def save(fig: Figure, path: Path) -> Path:
+    """Write ``path`` (PNG) and the same figure as SVG beside it; returns the PNG's path."""
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    with matplotlib.rc_context(SVG_SETTINGS):
+        fig.savefig(path.with_suffix(".svg"), bbox_inches="tight", metadata={"Date": None})
+    return path
+
+
+def legend(ax, handles=None) -> None:
+    """The legend to the right of the axes; ``handles`` in the order given (else the axes')."""
+    if handles is None:
+        handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5),
+              frameon=False)
+
+
+def legend_labels(ax) -> list[str]:
+    """The texts of the axes' legend, top to bottom ([] without a legend)."""
+    found = ax.get_legend()
+    return [] if found is None else [text.get_text() for text in found.get_texts()]
