@@ -19,11 +19,12 @@ from kernelzoo.search import (Probe, SearchConf, Spec, Verdict, default_resoluti
                               make_spec, next_probes)
 
 
-def run_search(spec: Spec, fails, max_rounds: int = 60):
-    observed, probes = {}, []
+def run_search(spec: Spec, fails, max_rounds: int = 60, loss=None):
+    """Play the rounds; with ``loss`` (n -> final eval loss) the search also sees losses."""
+    observed, losses, probes = {}, {}, []
     for rounds in itertools.count(1):
         assert rounds <= max_rounds, f"no verdict after {max_rounds} rounds: {probes}"
-        nxt = next_probes(spec, observed)
+        nxt = next_probes(spec, observed, losses)
         if isinstance(nxt, Verdict):
             return nxt, probes, rounds - 1
         assert nxt, "a round without probes and without a verdict"
@@ -32,6 +33,8 @@ def run_search(spec: Spec, fails, max_rounds: int = 60):
             assert p.n_keys not in observed, f"n_keys={p.n_keys} probed twice"
             assert spec.min_keys <= p.n_keys <= spec.max_keys
             observed[p.n_keys] = bool(fails(p.n_keys))
+            if loss is not None:
+                losses[p.n_keys] = loss(p.n_keys)
             probes.append(p.n_keys)
 
 
@@ -64,7 +67,7 @@ def test_figure2_like_search_costs_few_runs():
     s = spec(384, lo=20, hi=600, resolution=20)
     verdict, probes, rounds = run_search(s, lambda n: n >= 390)
     check_located(verdict, 390, 20)
-    assert probes[:3] == [192, 384, 480]  # 0.5, 1 and 1.25 x d_dot
+    assert probes[:3] == [192, 384, 480]  # 0.5 and 1 x d_dot, then 1.25 as both pass
     assert len(probes) <= 8 and rounds <= 6
 
 
@@ -99,7 +102,7 @@ def test_fails_everywhere_is_confirmed_at_min_keys():
     s = spec(128, lo=20, hi=600, resolution=20)
     verdict, probes, rounds = run_search(s, lambda n: True)
     assert verdict == Verdict("fails_everywhere", bound=20)
-    assert probes == [64, 128, 160, 20, 40]  # bracket, down to min_keys, confirm above it
+    assert probes == [64, 128, 20, 40]  # bracket, down to min_keys, confirm above it
     assert rounds == 3
 
 
@@ -158,3 +161,34 @@ def test_make_spec_defaults_to_the_grid_range_and_5_percent():
     assert make_spec(SearchConf(name="bisect", min_keys=8, resolution=20), None, 64,
                      [20, 600]).min_keys == 8
     assert make_spec(SearchConf(name="bisect"), None, 64, [20, 600]).resolution_at(500) == 25
+
+
+def smooth_loss(capacity: float):
+    """A loss that grows by a decade every 20 keys and crosses tau = 0.01 just below
+    ``capacity``, the first failing n."""
+    return lambda n: 0.01 * 10 ** ((n - capacity + 0.5) / 20)
+
+
+@pytest.mark.parametrize("capacity", [101, 250, 389, 455])
+def test_losses_steer_the_split_to_where_the_loss_crosses_tau(capacity):
+    """With the losses, the probe inside a bracket is where the log-loss interpolation crosses
+    tau (kept in the bracket's middle half): fewer probes than bisection, same verdict rule."""
+    s = spec(384, lo=20, hi=600, resolution=20)
+    loss = smooth_loss(capacity)
+    fails = lambda n: loss(n) > 0.01  # noqa: E731
+    plain, plain_probes, _ = run_search(s, fails)
+    steered, probes, _ = run_search(s, fails, loss=loss)
+    check_located(steered, capacity, 20)
+    check_located(plain, capacity, 20)
+    assert len(probes) <= len(plain_probes), (probes, plain_probes)
+
+
+def test_split_stays_in_the_middle_half_and_falls_back_to_the_midpoint():
+    s = spec(384, lo=20, hi=600, resolution=20)
+    observed = {192: False, 384: False, 480: True}
+    far = next_probes(s, observed, {192: 1e-4, 384: 9.9e-3, 480: 0.5})
+    assert far[0].n_keys == 408 and far[0].why.startswith("interpolate [384, 480]")  # 384 + 96/4
+    near = next_probes(s, observed, {192: 1e-4, 384: 1e-3, 480: 1e-1})
+    assert near[0].n_keys == 432  # crossing at 432 exactly
+    assert next_probes(s, observed, {})[0] == Probe(432, "bisect [384, 480]")
+    assert next_probes(s, observed, {384: 1e-3, 480: math.nan})[0].n_keys == 432

@@ -22,7 +22,7 @@ def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path
     first = sweep("smoke", smoke_args(results, *SEARCH, "search.max_rounds=1"), cli_env)
     assert first.returncode == 0, first.explain()
     assert "Traceback" not in first.output
-    assert "round 1: training" in first.stdout and "round 2" not in first.stdout
+    assert "round 1: launching" in first.stdout and "round 2" not in first.stdout
     trained_first = set(DONE.findall(first.stdout))
     series = probes_of(results)
     assert len(series) == 8  # 4 configurations x 2 seeds
@@ -45,7 +45,7 @@ def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path
     third = sweep("smoke", smoke_args(results, *SEARCH), cli_env)
     assert third.returncode == 0, third.explain()
     assert not DONE.findall(third.stdout), third.stdout
-    assert "0 training round(s)" in third.stdout
+    assert "0 round(s) launched" in third.stdout
     history = json.loads((results / "smoke" / "sweep.json").read_text())["invocations"]
     assert [i["search"]["rounds"] for i in history][0] == 1
     assert history[-1]["outcomes"] == {"skipped": history[-1]["points"]}

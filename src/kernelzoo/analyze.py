@@ -51,7 +51,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from kernelzoo import plots, published, tracking
 from kernelzoo.report import write_report
-from kernelzoo.search import candidate, failing
+from kernelzoo.search import LOSS_FLOOR, candidate, failing
 from kernelzoo.store import (CURVE_COLUMNS, StoreError, atomic_write_text, experiment_dir,
                              read_config_value, read_search, read_summary)
 from kernelzoo.style import is_search, natural_key
@@ -65,7 +65,6 @@ CAPACITY_COLUMNS = CONFIG_KEYS + (
 EXTRA_COLUMNS = ("observed_capacity_acc", "ci_low_acc", "ci_high_acc", "first_failure_acc",
                  "outcome_acc", "label")
 OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
-LOSS_FLOOR = 1e-12
 BOOTSTRAP_SAMPLES = 2000
 BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
                "relu": "ReLU", "taylor": "Taylor", "squared_relu": "ReLU²", "hedgehog": "Hedgehog",

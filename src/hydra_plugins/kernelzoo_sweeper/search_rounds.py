@@ -45,6 +45,7 @@ class Series:
         self.spec = None
         self.d_dot = None
         self.observed: dict[int, bool] = {}
+        self.losses: dict[int, float] = {}
         self.probes: list[dict] = []
         self.verdict: dict | None = None
 
@@ -142,7 +143,7 @@ class SearchRounds:
             if not todo:
                 continue
             launched_rounds += 1
-            print(f"round {round_no}: {'planning' if self.config.dry_run else 'training'} "
+            print(f"round {round_no}: {'planning' if self.config.dry_run else 'launching'} "
                   f"{len(todo)} probes ({len(wanted) - len(todo)} read from the store)")
             todo.sort(key=lambda sp: -sp[1].n_keys)  # largest first: the slowest start first
             returns += self.sweeper.launch([s.point(p.n_keys) for s, p in todo])
@@ -160,7 +161,7 @@ class SearchRounds:
         self._write(all_series)
         verdicts = Counter(s.verdict["outcome"] for s in all_series)
         print(f"search: {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items()))}; "
-              f"{launched_rounds} training round(s), {total} probes")
+              f"{launched_rounds} round(s) launched, {total} probes")
         return returns, {"points": total, "search": {"series": len(all_series),
                                                      "rounds": launched_rounds}}
 
@@ -171,7 +172,7 @@ class SearchRounds:
                 series.verdict = series.verdict or {"outcome": "infeasible"}
                 return []
             return [Probe(n, "record why the configuration is infeasible")]
-        nxt = next_probes(series.spec, series.observed)
+        nxt = next_probes(series.spec, series.observed, series.losses)
         if isinstance(nxt, Verdict):
             series.verdict = {k: v for k, v in asdict(nxt).items() if v is not None}
             return []
@@ -193,6 +194,8 @@ class SearchRounds:
                              summary["status"] == "diverged", self.conf.threshold))
         probe["fails"] = fails
         series.observed[n_keys] = fails
+        if loss is not None and summary["status"] != "diverged":
+            series.losses[n_keys] = float(loss)
         return True
 
     def _write(self, all_series: list[Series]) -> None:
