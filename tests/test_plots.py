@@ -105,7 +105,8 @@ def test_no_published_column_where_no_configuration_is_the_authors(tmp_path):
 def test_every_figure_is_written_as_png_and_svg(analysed):
     exp, _, _ = analysed
     pngs = sorted(p.name for p in exp.glob("*.png"))
-    assert pngs == ["accuracy_vs_keys.png", "curves.png", "heatmap_dpfp.png", "loss_vs_keys.png",
+    assert pngs == ["accuracy_vs_keys.png", "capacity_efficiency.png", "curves.png",
+                    "heatmap_dpfp.png", "loss_vs_keys.png",
                     "observed_vs_predicted.png"]
     for png in pngs:
         assert (exp / png).read_bytes()[:4] == b"\x89PNG"
@@ -162,3 +163,14 @@ def test_heatmap_helpers():
     norm = heatmaps.shared_norm([passing, failing], TAU)
     assert (norm.vmin, norm.vcenter, norm.vmax) == pytest.approx((-4, -2, math.log10(0.5)))
     assert norm(-2) == pytest.approx(0.5)
+
+
+def test_capacity_efficiency_ranks_failure_point_per_d_dot(analysed):
+    exp, _, _ = analysed
+    capacity = pd.read_csv(exp / "capacity.csv")
+    ranked = plots.efficiency_order(capacity)
+    assert list(ranked["ratio"]) == sorted(ranked["ratio"], reverse=True)
+    assert (ranked["efficiency_low"] <= ranked["ratio"]).all()
+    report = (exp / "report.md").read_text()
+    assert "## Capacity efficiency (failure point / d_dot)" in report
+    assert f"| 1 | {ranked['label'].iloc[0]} |" in report

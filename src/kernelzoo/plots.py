@@ -260,6 +260,37 @@ def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: P
     return save(fig, out_dir / "curves.png")
 
 
+def efficiency_order(capacity: pd.DataFrame) -> pd.DataFrame:
+    """The configurations with a bounded d_dot and a result, most efficient first: efficiency =
+    failure point / d_dot (the ``ratio`` column), its interval from ci_low and ci_high."""
+    rows = capacity[capacity["predicted_capacity"].notna() & capacity["ratio"].notna()].copy()
+    d_dot = rows["predicted_capacity"].astype(float)
+    rows["efficiency_low"], rows["efficiency_high"] = rows["ci_low"] / d_dot, rows["ci_high"] / d_dot
+    return rows.sort_values(["ratio", "label"], ascending=[False, True], kind="stable")
+
+
+def capacity_efficiency(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> Path:
+    """Bars of failure point / d_dot per configuration, most efficient first, with their
+    interval; bounds hatched (never fails: at least; fails everywhere: at most)."""
+    rows = efficiency_order(capacity)
+    fig = Figure(figsize=(max(6.0, 0.45 * len(rows) + 2), 4.5))
+    ax = fig.add_subplot()
+    x = np.arange(len(rows))
+    for i, r in enumerate(rows.itertuples()):
+        ax.bar(i, r.ratio, color=colors[r.label], hatch=None if r.outcome == "fails_at" else "//",
+               edgecolor="black", linewidth=0.4)
+        ax.errorbar(i, r.ratio, yerr=[[r.ratio - r.efficiency_low], [r.efficiency_high - r.ratio]],
+                    fmt="none", ecolor="black", capsize=3, lw=1)
+    ax.axhline(1.0, color="black", ls=":", lw=1)
+    ax.set_xticks(x, [f"{r.label} (d_dot {r.predicted_capacity})" for r in rows.itertuples()],
+                  rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("failure point / d_dot")
+    ax.set_title("Capacity efficiency: keys held per dimension of the state\n"
+                 "(median over seeds, bar: bracket or interval; hatched: a bound; dotted: 1)",
+                 fontsize=10)
+    return save(fig, out_dir / "capacity_efficiency.png")
+
+
 def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
                 curve_table: pd.DataFrame, out_dir: Path, threshold: float,
                 accuracy_threshold: float, search: bool = False) -> tuple[list[Path], list[str]]:
@@ -270,6 +301,8 @@ def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFr
     return [
         loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
+        *([capacity_efficiency(capacity, colors, out_dir)]
+          if len(efficiency_order(capacity)) >= 2 else []),
         *maps,
         curves(curve_table, colors, threshold, out_dir),
         accuracy_vs_keys(runs, colors, accuracy_threshold, out_dir),

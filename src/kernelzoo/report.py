@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kernelzoo.plots import efficiency_order
 from kernelzoo.style import natural_key
 from kernelzoo.store import atomic_write_text, read_sweep, trained_points
 
@@ -88,6 +89,9 @@ CAPTIONS = {
     "heatmap": "Median final eval loss per configuration and number of keys at their true "
                "S, on one colour scale centred on tau for all heatmaps. A map's heatmap is left "
                "out when no cell passes: it would show no boundary.",
+    "capacity_efficiency": "Capacity efficiency, failure point / d_dot, most efficient first, "
+                           "with its bracket (one seed) or interval over seeds; hatched bars are "
+                           "bounds.",
     "curves": "Eval loss during training of the runs just below and above each failure point, "
               "with tau and the trainer's stop threshold.",
     "accuracy_vs_keys": "Retrieval accuracy against the number of keys.",
@@ -103,6 +107,25 @@ def figure_lines(figures: list[Path], omitted: list[str]) -> list[str]:
         lines += [f"![]({path.name})", "", f"{caption} ([SVG]({path.with_suffix('.svg').name}))",
                   ""]
     return lines + [f"- {line}" for line in omitted]
+
+
+def efficiency_table(capacity: pd.DataFrame) -> list[str]:
+    """Configurations ranked by capacity efficiency = failure point / d_dot."""
+    rows = efficiency_order(capacity)
+    if len(rows) < 2:
+        return []
+    lines = ["## Capacity efficiency (failure point / d_dot)", "",
+             "Keys held per dimension of the state, most efficient first: median over seeds "
+             "with its bracket (one seed) or interval; bounds say at least / at most.", "",
+             "| rank | configuration | d_dot | failure point | efficiency | outcome |",
+             "|---|---|---|---|---|---|"]
+    for rank, r in enumerate(rows.itertuples(), 1):
+        value = (f"{r.ratio:.2f} [{r.efficiency_low:.2f}, {r.efficiency_high:.2f}]"
+                 if r.outcome == "fails_at" else
+                 f"{'>=' if r.outcome == 'never_fails' else '<='} {r.ratio:.2f}")
+        lines.append(f"| {rank} | {r.label} | {r.predicted_capacity} | {observed(r)} | {value} "
+                     f"| {r.outcome} |")
+    return lines + [""]
 
 
 def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -> list[str]:
@@ -209,7 +232,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                   "authors' losses): " + "; ".join(f"{r.label} {observed(r)} against "
                                                     f"{published(r)}"
                                                     for r in theirs.itertuples()) + "."]
-    lines.append("")
+    lines += ["", *efficiency_table(capacity)]
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]
