@@ -4,11 +4,19 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXPERIMENT ?= quick
 ARGS ?=
-RESULTS ?= results
+RESULTS ?= results/local
+# one results directory for every target: a results_dir=... given in ARGS wins over RESULTS
+RESULTS := $(or $(lastword $(patsubst results_dir=%,%,$(filter results_dir=%,$(ARGS)))),$(RESULTS))
+OVERRIDES = results_dir=$(RESULTS) $(filter-out results_dir=%,$(ARGS))
+DRY_RUN = $(filter dry_run=true,$(ARGS))
 TORCH_CPU ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install sweep run plots test test-slow bench sync clean-venv
+.PHONY: help install sweep run plots test test-slow bench sync clean-venv
+
+help:  ## list the targets and the variables they take
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "variables: EXPERIMENT=$(EXPERIMENT) RESULTS=$(RESULTS) ARGS='<hydra overrides>' QUICK=1 (bench)"
 
 install: $(STAMP)  ## create .venv and install the project (seconds when nothing changed)
 
@@ -21,11 +29,11 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 sweep: install  ## run a named sweep end to end, then its analysis: make sweep EXPERIMENT=quick
-	$(PY) -m kernelzoo.sweep $(EXPERIMENT) results_dir=$(RESULTS) $(ARGS)
-	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS)
+	$(PY) -m kernelzoo.sweep $(EXPERIMENT) $(OVERRIDES)
+	$(if $(DRY_RUN),@echo "dry run: nothing trained, nothing to analyse",$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS))
 
 run: install  ## train one configuration: make run ARGS="feature_map=dpfp feature_map.nu=2 n_keys=260"
-	$(PY) -m kernelzoo.train $(ARGS)
+	$(PY) -m kernelzoo.train $(OVERRIDES)
 
 plots: install  ## regenerate tables, figures and report of an experiment from the store
 	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS)
@@ -43,5 +51,5 @@ sync: install  ## upload offline wandb runs
 	@shopt -s nullglob; runs=($(RESULTS)/wandb/offline-run-*); \
 	if (( $${#runs[@]} )); then $(VENV)/bin/wandb sync "$${runs[@]}"; else echo "no offline wandb runs under $(RESULTS)/wandb"; fi
 
-clean-venv:
+clean-venv:  ## remove .venv
 	rm -rf $(VENV)

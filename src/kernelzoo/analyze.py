@@ -79,7 +79,8 @@ class AnalyzeConfig:
     """Schema of ``conf/analyze.yaml``; ``logger`` is the shared ``conf/logger`` group."""
 
     experiment: str = MISSING
-    results_dir: str = "results"
+    results_dir: str = "results/local"
+    reference_dir: str = "results/reference"  # committed runs set beside the user's
     threshold: float = 0.01
     accuracy_threshold: float = 0.99
     logger: Any = MISSING
@@ -363,6 +364,9 @@ def analyze(cfg: DictConfig) -> None:
     capacity = published.capacity_columns(
         capacity_table(runs, seeds), points,
         lambda n, loss: loss_failure(n, loss, np.zeros(len(n), bool), cfg.threshold))
+    reference = experiment_dir(cfg.reference_dir, cfg.experiment)
+    capacity = published.reference_columns(
+        capacity, None if reference.resolve() == exp_dir.resolve() else reference / "capacity.csv")
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
     search = is_search(runs)  # sparse probes: no grid to fill
     figures, omitted = plots.all_figures(runs, capacity, points,

@@ -405,7 +405,8 @@ def main(argv=None) -> None:
     p.add_argument("--memory", choices=("largest", "all", "none"), default="largest")
     p.add_argument("--budget", type=float, default=1.2, help="seconds of repeats per side and row")
     p.add_argument("--out", default="results/bench", help="directory of bench[_quick].csv/.md")
-    p.add_argument("--sweeps", default="results", help="results directory of the timed sweeps")
+    p.add_argument("--sweeps", default="results/reference",
+                   help="results directory of the timed sweeps (the committed reference runs)")
     p.add_argument("--peak-of", help=argparse.SUPPRESS)  # internal: one peak_mb subprocess
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -1,4 +1,5 @@
-"""The authors' published Figure 2 losses, matched to this suite's configurations.
+"""What a user's failure points are set beside: the authors' published Figure 2 losses, matched
+to this suite's configurations, and the committed reference runs of the same experiment.
 
 ``data/published_figure2.csv`` (provenance in ``data/README.md``: the final eval loss of each of
 the 240 Figure 2 runs, from the logs Schlag et al. released, seed 1) is shipped with the package.
@@ -23,6 +24,7 @@ import json
 import math
 import re
 from importlib import resources
+from pathlib import Path
 
 import pandas as pd
 
@@ -31,6 +33,7 @@ AUTHORS_FAVOR = {"variant": "hyperbolic", "orthogonal": True, "redraw": "every_c
                  "input_scale": 1.0, "stabilize": False}
 UPDATE_RULES = {"cat": "sum"}  # the authors' name -> this suite's
 PUBLISHED_COLUMNS = ("published_capacity", "published_outcome")
+REFERENCE_COLUMNS = ("reference_capacity", "reference_outcome")
 POINT_COLUMNS = ("label", "source", "n_keys", "final_eval_loss", "steps")
 
 
@@ -92,4 +95,24 @@ def capacity_columns(capacity: pd.DataFrame, published_points: pd.DataFrame,
                                       for label in capacity["label"]]
     capacity["published_outcome"] = [results[label].outcome if label in results else None
                                      for label in capacity["label"]]
+    return capacity
+
+
+def reference_columns(capacity: pd.DataFrame, reference: Path | None) -> pd.DataFrame:
+    """``capacity`` with REFERENCE_COLUMNS: the failure point and outcome of the same
+    configuration (label) in ``reference`` (a committed ``capacity.csv`` of this experiment,
+    e.g. ``results/reference/quick/capacity.csv``); empty where it has none or there is no
+    reference (the experiment analysed is the reference itself)."""
+    capacity = capacity.copy()
+    try:
+        ref = pd.read_csv(reference).set_index("label") if reference is not None else None
+        if ref is not None:
+            ref = ref[["observed_capacity", "outcome"]]
+    except (OSError, ValueError, KeyError, pd.errors.ParserError):
+        ref = None
+    found = [ref is not None and label in ref.index for label in capacity["label"]]
+    capacity["reference_capacity"] = [ref.loc[lab, "observed_capacity"] if ok else math.nan
+                                      for lab, ok in zip(capacity["label"], found)]
+    capacity["reference_outcome"] = [ref.loc[lab, "outcome"] if ok else None
+                                     for lab, ok in zip(capacity["label"], found)]
     return capacity

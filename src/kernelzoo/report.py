@@ -40,13 +40,18 @@ def observed(r) -> str:
     return f"{_cell(value)} [{_cell(r.ci_low)}, {_cell(r.ci_high)}] over {r.n_seeds} seeds"
 
 
-def published(r) -> str:
-    """The failure point of the authors' published losses: bounds as inequalities, "–" where
-    the configuration is not one of theirs."""
-    if pd.isna(r.published_outcome):
+def compared(value, outcome) -> str:
+    """A failure point to compare with (published, reference): bounds as inequalities, "–"
+    where there is none."""
+    if outcome is None or pd.isna(outcome):
         return "–"
-    sign = {"never_fails": ">= ", "fails_everywhere": "<= "}.get(r.published_outcome, "")
-    return sign + _cell(r.published_capacity)
+    sign = {"never_fails": ">= ", "fails_everywhere": "<= "}.get(outcome, "")
+    return sign + _cell(value)
+
+
+def published(r) -> str:
+    """The failure point of the authors' published losses ("–": not one of theirs)."""
+    return compared(r.published_capacity, r.published_outcome)
 
 
 def has_published(capacity: pd.DataFrame) -> bool:
@@ -54,19 +59,26 @@ def has_published(capacity: pd.DataFrame) -> bool:
     return bool(capacity["published_outcome"].notna().any())
 
 
+def has_reference(capacity: pd.DataFrame) -> bool:
+    """True when the committed reference runs of this experiment have some configuration."""
+    return "reference_outcome" in capacity and bool(capacity["reference_outcome"].notna().any())
+
+
 def markdown_table(capacity: pd.DataFrame) -> list[str]:
-    """The capacity table; a "published" column beside "observed" when any configuration is
-    one of the authors'."""
-    extra = has_published(capacity)
+    """The capacity table; "reference" (the committed runs of this experiment) and "published"
+    (the authors') columns beside "observed" where any configuration has one."""
+    extra, ref = has_published(capacity), has_reference(capacity)
     head = ["configuration", "d_dot", "predicted", "seeds", "observed",
-            *(["published"] if extra else []), "first failure", "ratio", "outcome",
-            "accuracy criterion"]
+            *(["reference"] if ref else []), *(["published"] if extra else []),
+            "first failure", "ratio", "outcome", "accuracy criterion"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in capacity.itertuples():
         seeds = f"{r.n_seeds} seed" + ("" if r.n_seeds == 1 else "s")
         lines.append("| " + " | ".join([
             r.label, _cell(r.d_dot), _cell(r.predicted_capacity) if pd.notna(r.predicted_capacity)
-            else "unbounded", seeds, observed(r), *([published(r)] if extra else []),
+            else "unbounded", seeds, observed(r),
+            *([compared(r.reference_capacity, r.reference_outcome)] if ref else []),
+            *([published(r)] if extra else []),
             _cell(r.first_failure), _cell(r.ratio), r.outcome,
             f"{_cell(r.observed_capacity_acc)} ({r.outcome_acc})"]) + " |")
     return lines
@@ -78,6 +90,10 @@ PUBLISHED_NOTE = (
     "provenance in `data/README.md`), for the configurations that are theirs (Setting 1, same "
     "d_key, update rule, map and the parameters that define it: see `published.py`); – for the "
     "others.")
+REFERENCE_NOTE = (
+    "reference: the failure point of the same configuration in the committed reference runs "
+    "of this experiment (`results/reference/<experiment>/`, made by the maintainers on the "
+    "machine their report names; `reference_dir=` to choose another); – where they have none.")
 CAPTIONS = {
     "loss_vs_keys": "Final eval loss against the number of keys, median over seeds: a star marks "
                     "each configuration's failure point n* on the tau line, a dashed line each "
@@ -217,6 +233,8 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
               f"{accuracy_threshold:g}.", "", rule, "",
               f"## Capacity (loss criterion: final eval loss > {threshold:g})", ""]
     lines += markdown_table(capacity)
+    if has_reference(capacity):
+        lines += ["", REFERENCE_NOTE]
     if has_published(capacity):
         lines += ["", PUBLISHED_NOTE]
     bounded = capacity[capacity["ratio"].notna()]

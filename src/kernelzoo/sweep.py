@@ -20,9 +20,16 @@ def available() -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    usage = (f"usage: kernelzoo-sweep <experiment> [overrides]  (python -m kernelzoo.sweep)\n"
+             f"experiments: {', '.join(available())}\n"
+             "overrides: Hydra syntax, e.g. seed=1,2,3 launcher=local search=bisect "
+             "dry_run=true; --cfg job shows a point's config; `python -m kernelzoo.train "
+             "--help` lists every config group")
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage)
+        sys.exit(0)
     if not argv or argv[0].startswith("-") or "=" in argv[0]:
-        print(f"usage: python -m kernelzoo.sweep <experiment> [overrides]\n"
-              f"experiments: {', '.join(available())}", file=sys.stderr)
+        print(usage, file=sys.stderr)
         sys.exit(2)
     name, overrides = argv[0], argv[1:]
     if name not in available():
