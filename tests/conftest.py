@@ -291,3 +291,26 @@ def smoke_results(tmp_path_factory) -> SmokeSweep:
 
 def json_file(path: Path):
     return json.loads(Path(path).read_text())
+
+
+# ------------------------------------------------------------------ the repository stays clean
+
+def _git_status():
+    try:
+        return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO,
+                              capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def repository_unchanged():
+    """The suite writes only under temporary directories: ``git status`` of the repository is
+    the same after it as before (a new user's `make test` leaves a clean clone clean)."""
+    before = _git_status()
+    yield
+    after = _git_status()
+    if before is not None and after != before:
+        changed = sorted(set(after.splitlines()) ^ set(before.splitlines()))
+        pytest.fail("the tests changed the repository's files: " + "; ".join(changed[:10]),
+                    pytrace=False)
