@@ -30,13 +30,13 @@ $(STAMP): pyproject.toml
 
 sweep: install  ## run a named sweep end to end, then its analysis: make sweep EXPERIMENT=quick
 	$(PY) -m kernelzoo.sweep $(EXPERIMENT) $(OVERRIDES)
-	$(if $(DRY_RUN),@echo "dry run: nothing trained, nothing to analyse",$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS))
+	$(if $(DRY_RUN),@echo "dry run: nothing was trained and there is nothing to analyse",$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS) $(filter logger=%,$(ARGS)))
 
 run: install  ## train one configuration: make run ARGS="feature_map=dpfp feature_map.nu=2 n_keys=260"
 	$(PY) -m kernelzoo.train $(OVERRIDES)
 
 plots: install  ## regenerate tables, figures and report of an experiment from the store
-	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS)
+	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) $(OVERRIDES)
 
 test: install  ## the default test suite (a few minutes on 2 cores)
 	$(PY) -m pytest

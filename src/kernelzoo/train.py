@@ -88,8 +88,8 @@ def threads_per_job(n_jobs) -> int:
 
 if not OmegaConf.has_resolver("threads_per_job"):  # used by conf/launcher/local.yaml
     OmegaConf.register_new_resolver("threads_per_job", threads_per_job)
-if not OmegaConf.has_resolver("pid"):  # keeps log directories of simultaneous sweeps apart
-    OmegaConf.register_new_resolver("pid", os.getpid)
+if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached: one per sweep
+    OmegaConf.register_new_resolver("pid", os.getpid, use_cache=True)
 
 
 class UsageError(Exception):
