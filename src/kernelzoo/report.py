@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernelzoo.plots import efficiency_order
-from kernelzoo.style import natural_key
+from kernelzoo.style import natural, natural_key
 from kernelzoo.store import atomic_write_text, read_sweep, trained_points
 
 
@@ -144,6 +144,33 @@ def efficiency_table(capacity: pd.DataFrame) -> list[str]:
     return lines + [""]
 
 
+RANK_CHANGE = 0.1  # a relative change of the effective rank worth noting
+
+
+def rank_changes(runs: pd.DataFrame) -> list[str]:
+    """Per configuration, the written keys' effective feature rank at initialisation and after
+    training (diagnostics; median over its runs), for those where it moved by more than 10%."""
+    columns = ("phi_effective_rank_initial", "phi_effective_rank")
+    if not set(columns) <= set(runs):
+        return []
+    rows = runs.dropna(subset=list(columns))
+    lines = []
+    for label in natural(rows["label"]):
+        group = rows[rows["label"] == label]
+        before, after = group[columns[0]].median(), group[columns[1]].median()
+        if before > 0 and abs(after - before) > RANK_CHANGE * before:
+            lines.append(f"| {label} | {group['d_dot'].iloc[0]} | {before:.1f} | {after:.1f} | "
+                         f"{after / before - 1:+.0%} | {len(group)} |")
+    if not lines:
+        return []
+    return ["## Feature rank during training", "",
+            "Configurations whose written keys' effective feature rank (diagnostics, median over "
+            "their runs) moved by more than 10% between initialisation and the end of training: "
+            "trained keys, and learned maps' own parameters, reshape the state's use.", "",
+            "| configuration | d_dot | at initialisation | after training | change | runs |",
+            "|---|---|---|---|---|---|", *lines, ""]
+
+
 def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -> list[str]:
     """One small table per configuration: every probe of the search, in the order asked."""
     probes = runs[runs["probe_round"].notna()]
@@ -186,6 +213,22 @@ def noise(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[str]:
             items.append(f"{r.label}, seed {r.seed}, n_keys {int(n)}: final eval loss "
                          f"{_cell(run['final_eval_loss'], 4)} ({run['status']})")
     return items
+
+
+STALL_FRACTION = 0.05  # at most this share of the keys dead, the rest right: a stall
+
+
+def stalls(runs: pd.DataFrame) -> list[str]:
+    """Runs that end with a few dead keys (diagnostics.py) and every other key right: a stall
+    of the optimisation, not a memory over capacity (whose errors spread over many keys)."""
+    if "dead_keys" not in runs:
+        return []
+    dead = runs["dead_keys"].astype(float)
+    few = (dead >= 1) & (dead <= (STALL_FRACTION * runs["n_keys"]).clip(lower=1))
+    return [f"{r.label}, seed {r.seed}, n_keys {r.n_keys}: stalled: {int(r.dead_keys)} key"
+            f"{'' if r.dead_keys == 1 else 's'} of {r.n_keys} never learned (final eval loss "
+            f"{_cell(r.final_eval_loss, 3)}; which keys: its diagnostics.json)"
+            for r in runs[few].itertuples()]
 
 
 def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
@@ -250,7 +293,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                   "authors' losses): " + "; ".join(f"{r.label} {observed(r)} against "
                                                     f"{published(r)}"
                                                     for r in theirs.itertuples()) + "."]
-    lines += ["", *efficiency_table(capacity)]
+    lines += ["", *efficiency_table(capacity), *rank_changes(runs)]
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]
@@ -264,6 +307,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                                                f"{r.reason}" for r in infeasible.itertuples()]),
             ("Isolated failures treated as noise (a failure followed by a pass)",
              noise(runs, seeds)),
+            ("Runs that stalled with a few keys never learned (diagnostics)", stalls(runs)),
             ("Grid holes (each configuration's n_keys x the experiment's seeds)", holes),
             ("Configurations whose seeds disagree on the outcome", mixed)):
         if items is not None:

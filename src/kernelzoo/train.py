@@ -9,6 +9,7 @@ point is recorded as ``infeasible`` with that message instead, and the sweep goe
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -23,9 +24,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from . import __version__, store, tracking
+from . import __version__, diagnostics, progress, store, tracking
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from .memory import NORMALISATIONS, UPDATE_RULES
 from .model import RetrievalModel, retrieval_loss
@@ -62,7 +64,7 @@ class TrainerConf:
     patience: int = 10
     device: str = "auto"
     dtype: str = "float32"
-    threads: int | None = None
+    threads: int = 1  # torch (and BLAS) threads per run: runs are small, workers give parallelism
     progress: str = "auto"
 
 
@@ -79,17 +81,11 @@ SCHEMAS = {"task": TaskConf, "memory": MemoryConf, "trainer": TrainerConf, "logg
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress")}  # how, not what, is computed
 
 
-def threads_per_job(n_jobs) -> int:
-    """Torch threads for each of ``n_jobs`` local workers, so the cores are not oversubscribed."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    n = cores if n_jobs in (None, -1) else max(1, int(n_jobs))
-    return max(1, cores // n)
-
-
-if not OmegaConf.has_resolver("threads_per_job"):  # used by conf/launcher/local.yaml
-    OmegaConf.register_new_resolver("threads_per_job", threads_per_job)
 if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached: one per sweep
     OmegaConf.register_new_resolver("pid", os.getpid, use_cache=True)
+
+
+LOG = logging.getLogger(__name__)  # a run's log file (train.log in its Hydra job directory)
 
 
 class UsageError(Exception):
@@ -159,7 +155,8 @@ def plan(cfg: DictConfig) -> dict:
     _check(mem.chunk_size >= 1, f"memory.chunk_size={mem.chunk_size} must be >= 1")
     for key in ("lr", "stop_loss"):
         _check(getattr(tr, key) > 0, f"trainer.{key}={getattr(tr, key)} must be > 0")
-    for key in ("batch_size", "max_steps", "eval_every", "eval_sequences", "eval_max_queries"):
+    for key in ("batch_size", "max_steps", "eval_every", "eval_sequences", "eval_max_queries",
+                "threads"):
         _check(getattr(tr, key) >= 1, f"trainer.{key}={getattr(tr, key)} must be >= 1")
     _check(tr.dtype in ("float32", "float64"),
            f"trainer.dtype={tr.dtype!r} is unknown; valid: float32, float64")
@@ -272,6 +269,11 @@ def fit(cfg: DictConfig, p: dict, rid: str, path, tracker: tracking.Tracker, ech
                            mem.key_eps, mem.chunk_size).to(device=device, dtype=dtype)
     task = RetrievalTask(cfg.n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,
                          cfg.seed, device)
+    # the diagnostics' sequences come from a stream of their own: training data stays the same
+    probe = RetrievalTask(cfg.n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,
+                          cfg.seed + 2_000_003, device).eval_batch(tr.eval_sequences,
+                                                                   tr.eval_max_queries)
+    initial = diagnostics.feature_ranks_of(model, probe)
     opt = torch.optim.Adam(model.parameters(), lr=tr.lr,
                            fused=device.type in ("cpu", "cuda"))  # one kernel for all params
     window = torch.zeros(tr.eval_every, device=device, dtype=dtype)
@@ -304,6 +306,8 @@ def fit(cfg: DictConfig, p: dict, rid: str, path, tracker: tracking.Tracker, ech
             eval_loss, accuracy = evaluate(model, task, tr)
             rate = n / (time.perf_counter() - t_window)
             curve.write(step, train_loss, eval_loss, accuracy)
+            LOG.info("step %d: train loss %.4g, eval loss %.4g, eval accuracy %.4f (%.0f steps/s)",
+                     step, train_loss, eval_loss, accuracy, rate)
             tracker.log({"train/loss": train_loss, "eval/loss": eval_loss,
                          "eval/accuracy": accuracy, "perf/steps_per_second": rate}, step=step)
             bar.update(n)
@@ -326,11 +330,15 @@ def fit(cfg: DictConfig, p: dict, rid: str, path, tracker: tracking.Tracker, ech
     finally:
         bar.close()
         curve.close()
+    found = dict.fromkeys(diagnostics.FIELDS)
+    if status != "diverged":  # why it fails, measured from the trained model (diagnostics.py)
+        found, details = diagnostics.measure(model, probe, initial)
+        store.atomic_write_text(path / "diagnostics.json", json.dumps(details, indent=1) + "\n")
     return {"status": status, "reason": reason, "steps": step,
             "final_eval_loss": eval_loss if status != "diverged" else None,
             "best_eval_loss": best if math.isfinite(best) else None,
             "final_eval_accuracy": accuracy if status != "diverged" else None,
-            "device": str(device)}
+            "device": str(device), **found}
 
 
 def run(cfg: DictConfig, echo=print) -> tuple[str, dict | None]:
@@ -373,8 +381,10 @@ def train_claimed(cfg, p, identity, rid, path, echo) -> dict:
     summary = base_summary(cfg, identity, rid)
     store.atomic_write_text(path / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     tr = p["trainer"]
-    if tr.threads:
-        torch.set_num_threads(tr.threads)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    header = f"run {rid}: {p['device']}, {tr.threads} thread(s) of {cores} core(s)"
+    echo(header)
+    LOG.info(header)
     wandb_config = {**OmegaConf.to_container(cfg, resolve=True), "run_id": rid,
                     "d_dot": summary["d_dot"], "predicted_capacity": summary["predicted_capacity"],
                     "feature_map_params": identity["feature_map_params"]}
@@ -385,7 +395,9 @@ def train_claimed(cfg, p, identity, rid, path, echo) -> dict:
                              echo=echo)
     start, exit_code = time.perf_counter(), 1
     try:
-        summary.update(fit(cfg, p, rid, path, tracker, echo))
+        with threadpool_limits(limits=tr.threads):  # torch's OpenMP pool and any BLAS alike
+            torch.set_num_threads(tr.threads)
+            summary.update(fit(cfg, p, rid, path, tracker, echo))
         summary["wall_seconds"] = round(time.perf_counter() - start, 3)
         store.write_summary(path, summary)
         tracker.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})
@@ -393,9 +405,11 @@ def train_claimed(cfg, p, identity, rid, path, echo) -> dict:
     finally:
         tracker.finish(exit_code)
     loss = summary["final_eval_loss"]
-    echo(f"done {rid}: {summary['status']} after {summary['steps']} steps, eval loss "
-         f"{'-' if loss is None else f'{loss:.4g}'} ({summary['wall_seconds']:.1f} s)"
-         + (f" [{summary['reason']}]" if summary["reason"] else ""))
+    line = (f"done {rid}: {summary['status']} after {summary['steps']} steps, eval loss "
+            f"{'-' if loss is None else f'{loss:.4g}'} ({summary['wall_seconds']:.1f} s)"
+            + (f" [{summary['reason']}]" if summary["reason"] else ""))
+    echo(line)
+    LOG.info(line)
     return summary
 
 
@@ -497,6 +511,9 @@ def _app(cfg: DictConfig) -> str | None:
         return "failed"
     if in_sweep and not cfg.dry_run:
         store.index_point(cfg.results_dir, cfg.experiment, HydraConfig.get().overrides.task, rid)
+        line = progress.finished(HydraConfig.get().sweep.dir)
+        if line:
+            print(line)
     return summary["status"] if summary else None
 
 

@@ -25,6 +25,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from omegaconf import OmegaConf
 
+from kernelzoo import progress
 from kernelzoo.store import atomic_write_text, cpu_model, experiment_dir, point_done, sweep_file
 
 
@@ -96,8 +97,11 @@ class GridSweeper(BasicSweeper):
               f"{len(points) - len(todo)} already done")
         return self.launch(todo)
 
-    def launch(self, points: list[list[str]]) -> list:
-        """Run ``points`` through the launcher (batches of max_batch_size); count outcomes."""
+    def launch(self, points: list[list[str]], label: str = "") -> list:
+        """Run ``points`` through the launcher (batches of max_batch_size); count outcomes.
+        Each job prints a progress line (k/N, elapsed, ETA) when it ends (``progress.py``)."""
+        if points and not self.config.dry_run:
+            progress.start(self.config.hydra.sweep.dir, len(points), label)
         returns, self.batch_index = [], 0
         self.overrides = list(self.split_overrides_to_chunks(points, self.max_batch_size)) if points else []
         while not self.is_done():

@@ -146,7 +146,8 @@ class SearchRounds:
             print(f"round {round_no}: {'planning' if self.config.dry_run else 'launching'} "
                   f"{len(todo)} probes ({len(wanted) - len(todo)} read from the store)")
             todo.sort(key=lambda sp: -sp[1].n_keys)  # largest first: the slowest start first
-            returns += self.sweeper.launch([s.point(p.n_keys) for s, p in todo])
+            returns += self.sweeper.launch([s.point(p.n_keys) for s, p in todo],
+                                           label=f"round {round_no}")
             for s, p in todo:
                 if self.config.dry_run:  # the probes are planned, nothing is trained
                     s.verdict = {"outcome": "dry_run", "reason": f"next: n_keys={p.n_keys}"}

@@ -1,0 +1,102 @@
+"""Why a run fails: measurements taken once from the trained model, on evaluation sequences.
+
+- ``phi_rank``, ``phi_effective_rank``: of the matrix of written-key features phi(k_l) of one
+  sequence (L x d_dot, in float64), averaged over the sequences; ``..._initial``: the same at
+  initialisation, before the first step (learned maps and trained keys change it). The rank counts singular
+  values above ``RANK_RTOL`` times the largest; the effective rank is exp(entropy) of the
+  singular values normalised to sum 1 (Roy & Vetterli 2007): d_dot-many equal directions give
+  d_dot, a few dominant ones give about their number. Neither exists for softmax (no features).
+- ``margin``, ``negative_margin_fraction``: the model's own read-out y (S outputs per query,
+  whatever the update rule: for the sum rule it is the normalised crosstalk read-out, for
+  delta / fwm the final state's read-out W phi(q)): margin = y[target] - max of y over the
+  other values; the mean over queries, and the fraction of queries read wrong (margin < 0).
+- ``dead_keys``: key symbols answered wrong in every evaluation sequence that queries them,
+  each with the key it is confused with (the key paired, in that sequence, with the value most
+  often answered instead); ``per_key_accuracy``: the accuracy of every key symbol.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import torch
+
+RANK_RTOL = 1e-5  # a singular value below this times the largest counts as zero
+FIELDS = ("phi_rank", "phi_effective_rank", "phi_rank_initial", "phi_effective_rank_initial",
+          "margin", "negative_margin_fraction", "dead_keys")
+
+
+def feature_ranks(features: torch.Tensor) -> tuple[float, float]:
+    """(rank, effective rank) of a (rows, d_dot) feature matrix, in float64."""
+    s = torch.linalg.svdvals(features.double())
+    if s.numel() == 0 or s[0] <= 0:
+        return 0.0, 0.0
+    rank = int((s > RANK_RTOL * s[0]).sum())
+    p = s / s.sum()
+    p = p[p > 0]
+    return float(rank), float(torch.exp(-(p * p.log()).sum()))
+
+
+def read_margins(y: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """margin = y[target] - max over the other values, for the real queries (flat)."""
+    correct = y.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    others = y.scatter(-1, target.unsqueeze(-1), -math.inf).amax(-1)
+    return (correct - others)[mask]
+
+
+def dead_keys(query, target, predicted, values, keys, mask) -> tuple[list[dict], dict]:
+    """Key symbols never answered right, with what they are confused with, and per-key accuracy.
+
+    All tensors are (B, Q) except values and keys (B, L). The confused key is the key that, in
+    the same sequence, holds the value most often answered instead (or None if none does)."""
+    right: Counter = Counter()
+    asked: Counter = Counter()
+    wrong_with: dict[int, Counter] = {}
+    for b in range(query.shape[0]):
+        holder = {int(v): int(k) for k, v in zip(keys[b].tolist(), values[b].tolist())}
+        for j in torch.nonzero(mask[b]).flatten().tolist():
+            key = int(query[b, j])
+            asked[key] += 1
+            if predicted[b, j] == target[b, j]:
+                right[key] += 1
+            else:
+                wrong_with.setdefault(key, Counter())[holder.get(int(predicted[b, j]))] += 1
+    accuracy = {key: right[key] / asked[key] for key in sorted(asked)}
+    dead = [{"key": key, "confused_with": wrong_with[key].most_common(1)[0][0],
+             "sequences": asked[key]} for key in sorted(asked) if right[key] == 0]
+    return dead, accuracy
+
+
+@torch.no_grad()
+def feature_ranks_of(model, batch) -> tuple[float | None, float | None]:
+    """Mean (rank, effective rank) of the written keys' features over the batch's sequences;
+    None for softmax. Draws nothing: no projection is redrawn, no generator advanced."""
+    if model.softmax:
+        return None, None
+    k, _, _ = model.keys_and_query(batch.keys, batch.values, batch.query[:, :1])
+    ranks = [feature_ranks(model.phi(k[b:b + 1]).squeeze(0)) for b in range(k.shape[0])]
+    return sum(r for r, _ in ranks) / len(ranks), sum(e for _, e in ranks) / len(ranks)
+
+
+@torch.no_grad()
+def measure(model, batch, initial=(None, None)) -> tuple[dict, dict]:
+    """(summary fields FIELDS, per-key details) of a trained RetrievalModel on one evaluation
+    batch, with ``initial`` = feature_ranks_of(the model at initialisation, the same batch);
+    the details go to the run's ``diagnostics.json``."""
+    was_training = model.training
+    model.eval()
+    y = model(batch.keys, batch.values, batch.query)
+    margins = read_margins(y.double(), batch.target, batch.mask)
+    rank, effective = feature_ranks_of(model, batch)
+    fields = {"phi_rank": rank, "phi_effective_rank": effective,
+              "phi_rank_initial": initial[0], "phi_effective_rank_initial": initial[1],
+              "margin": float(margins.mean()) if margins.numel() else None,
+              "negative_margin_fraction": float((margins < 0).double().mean())
+              if margins.numel() else None}
+    dead, accuracy = dead_keys(batch.query, batch.target, y.argmax(-1), batch.values,
+                               batch.keys, batch.mask)
+    fields["dead_keys"] = len(dead)
+    model.train(was_training)
+    return fields, {"dead_keys": dead, "per_key_accuracy": accuracy,
+                    "rank_rtol": RANK_RTOL}

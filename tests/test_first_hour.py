@@ -1,0 +1,86 @@
+"""A new user's first hour: progress without a terminal, a log per run, Hydra's own habits
+(`--cfg job`, `--help`, experiments that are multirun by themselves), `make help`, threads."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import PYTHON, REPO, run_cmd, smoke_args, train
+
+EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
+
+
+def test_a_sweep_reports_progress_per_job_without_a_terminal(smoke_results):
+    """The session's smoke sweep ran with its output piped (no TTY): one progress line per job,
+    k/N with elapsed and ETA."""
+    lines = re.findall(r"^progress: (\d+)/(\d+) jobs, elapsed [\d.]+ (?:s|min), ETA [\d.]+ "
+                       r"(?:s|min)$", smoke_results.result.stdout, re.M)
+    assert [int(k) for k, _ in lines] == list(range(1, 7)) and {n for _, n in lines} == {"6"}
+
+
+def test_each_run_logs_its_evaluations_to_its_log_file(smoke_results):
+    logs = list((smoke_results.results / "smoke" / "hydra").rglob("train.log"))
+    assert len(logs) == 6
+    trained = [log.read_text() for log in logs if "step " in log.read_text()]
+    assert len(trained) == 5  # the infeasible point trains nothing
+    for text in trained:
+        assert re.search(r"step \d+: train loss \S+, eval loss \S+, eval accuracy \S+", text)
+        assert "thread(s) of" in text and "done " in text
+    assert len({log.parents[1] for log in logs}) == 1  # one directory per sweep
+
+
+def test_every_experiment_is_multirun_by_itself():
+    for path in EXPERIMENTS:
+        assert yaml.safe_load(path.read_text())["hydra"]["mode"] == "MULTIRUN", path.name
+
+
+def test_an_experiment_runs_as_a_sweep_without_dash_m(tmp_path, cli_env):
+    res = train(["+experiments=smoke", *smoke_args(tmp_path / "results"), "dry_run=true"],
+                cli_env)
+    assert res.returncode == 0, res.explain()
+    assert "sweep smoke: 6 points" in res.stdout
+
+
+def test_cfg_job_and_help(tmp_path, cli_env):
+    res = run_cmd([PYTHON, "-m", "kernelzoo.train", "--cfg", "job", "feature_map=dpfp"], cli_env,
+                  cwd=tmp_path)
+    assert res.returncode == 0, res.explain()
+    config = yaml.safe_load(res.stdout)
+    assert config["feature_map"]["name"] == "dpfp" and config["trainer"]["threads"] == 1
+    res = run_cmd([PYTHON, "-m", "kernelzoo.train", "--help"], cli_env, cwd=tmp_path)
+    assert res.returncode == 0 and "feature_map: " in res.stdout and "search: " in res.stdout
+    res = run_cmd([PYTHON, "-m", "kernelzoo.sweep", "--help"], cli_env, cwd=tmp_path)
+    assert res.returncode == 0 and "experiments: " in res.stdout and "quick" in res.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_help_lists_the_targets(cli_env):
+    res = run_cmd(["make", "-s", "help"], cli_env)
+    assert res.returncode == 0, res.explain()
+    for target in ("sweep", "test", "test-slow", "plots", "run", "bench", "sync", "install"):
+        assert re.search(rf"^  make {re.escape(target)}\s", res.stdout, re.M), target
+    assert "RESULTS=results/local" in res.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_takes_one_results_directory_from_args_or_results(cli_env):
+    res = run_cmd(["make", "-s", "help", "ARGS=results_dir=/tmp/elsewhere seed=2"], cli_env)
+    assert "RESULTS=/tmp/elsewhere" in res.stdout
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_run_says_how_many_threads_it_uses(tmp_path, cli_env, threads):
+    res = train(["trainer=smoke", "logger=none", "d_key=4", "n_keys=3", "trainer.max_steps=50",
+                 f"results_dir={tmp_path / 'r'}", f"trainer.threads={threads}"], cli_env)
+    assert res.returncode == 0, res.explain()
+    assert re.search(rf"^run \S+: cpu, {threads} thread\(s\) of \d+ core\(s\)$", res.stdout, re.M)
+
+
+def test_threads_must_be_positive(tmp_path, cli_env):
+    res = train(["trainer.threads=0", f"results_dir={tmp_path / 'r'}"], cli_env)
+    assert res.returncode == 2 and "trainer.threads=0" in res.stderr
+    assert not Path(tmp_path / "r").exists() or not list(Path(tmp_path / "r").rglob("*.json"))
