@@ -26,7 +26,7 @@ from conftest import (DONE, INFEASIBLE, PYTHON, REPO, SMOKE_INFEASIBLE, SMOKE_PO
                       snapshot, sweep, train)
 from hydra import compose, initialize_config_dir
 
-from kernelzoo import store
+from kernelzoo import config, store
 from kernelzoo import train as train_module
 from kernelzoo.model import RetrievalModel
 
@@ -360,8 +360,10 @@ def test_bad_value_is_rejected_before_training(smoke_results, tmp_path, case):
     results = tmp_path / "results"
     rid, _ = _preexisting(smoke_results, results)
     before = snapshot(runs_dir(results, "adhoc"))
-    with pytest.raises(train_module.UsageError) as err:
-        run_inprocess(results, *overrides)
+    with pytest.raises(train_module.UsageError) as err:  # the command line's door, in process
+        cfg = config.compose("config", [f"results_dir={results}", *TINY, *overrides])
+        with config.as_job(cfg) as job:
+            train_module.run(job, echo=lambda line: None)
     _check_message(f"error: {err.value}", names, SUITE_MAX_LINES)
     assert snapshot(runs_dir(results, "adhoc")) == before
     assert run_ids(results, "adhoc") == [rid]

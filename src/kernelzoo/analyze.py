@@ -8,7 +8,8 @@ and, for a failure-point search, ``search.json`` (why each probe was trained), s
 ``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``) and ``report.md``
 (``report.py``) beside it. Grids and the sparse, irregular n_keys of a search are read alike.
 Partial sweeps are analysed as far as they go; run directories without a summary, corrupted
-summaries and grid holes are listed in the report. Nothing is ever deleted.
+summaries and grid holes are listed in the report. Nothing is ever deleted. The command line is
+checked against ``kernelzoo.config.AnalyzeConfig`` before anything runs.
 
 Failure-point rule (stated again in report.md)
 ----------------------------------------------
@@ -37,23 +38,21 @@ import json
 import math
 import sys
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import hydra
 import numpy as np
 import pandas as pd
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from hydra._internal.utils import get_args_parser
+from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import plots, tracking
+from kernelzoo import config, plots, tracking
 from kernelzoo.report import write_report
 from kernelzoo.search import candidate, failing
 from kernelzoo.store import (CURVE_COLUMNS, StoreError, atomic_write_text, experiment_dir,
                              read_search, read_summary)
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
 CAPACITY_COLUMNS = CONFIG_KEYS + (
     "predicted_capacity", "n_seeds", "observed_capacity", "ci_low", "ci_high", "first_failure",
@@ -67,20 +66,6 @@ BOOTSTRAP_SAMPLES = 2000
 BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
                "relu": "ReLU", "taylor": "Taylor"}
 ESSENTIAL_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",)}
-
-
-@dataclass
-class AnalyzeConfig:
-    """Schema of ``conf/analyze.yaml``; ``logger`` is the shared ``conf/logger`` group."""
-
-    experiment: str = MISSING
-    results_dir: str = "results"
-    threshold: float = 0.01
-    accuracy_threshold: float = 0.99
-    logger: Any = MISSING
-
-
-ConfigStore.instance().store(name="analyze_schema", node=AnalyzeConfig)
 
 
 def _fmt(value) -> str:
@@ -373,16 +358,13 @@ def _experiments(results_dir: str) -> str:
 
 
 def validate(cfg: DictConfig) -> str | None:
-    """The first problem with ``cfg`` as a one-line message, or None."""
-    known = [f.name for f in fields(AnalyzeConfig)]
-    unknown = sorted(set(cfg) - set(known))
-    if unknown:
-        return f"unknown option {', '.join(unknown)}; valid options: {', '.join(known)}"
-    for key in ("threshold", "accuracy_threshold"):
-        if not 0 < cfg[key] < 1:
-            return f"{key}={cfg[key]} is outside (0, 1): give a number strictly between 0 and 1"
+    """The first problem with ``cfg`` (composed, without its hydra node) as one line, or None."""
     if OmegaConf.is_missing(cfg, "experiment"):
         return f"experiment=<name> is required ({_experiments(cfg.results_dir)})"
+    try:
+        config.check(cfg, config.AnalyzeConfig)
+    except config.UsageError as err:
+        return str(err)
     runs_dir = experiment_dir(cfg.results_dir, cfg.experiment) / "runs"
     if not runs_dir.is_dir():
         return (f"unknown experiment {cfg.experiment!r}: no {runs_dir} "
@@ -390,31 +372,25 @@ def validate(cfg: DictConfig) -> str | None:
     return None
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="analyze", version_base="1.3")
+@hydra.main(config_path=str(config.CONF), config_name="analyze", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
-    error = validate(cfg)
-    if error:
-        print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
-        sys.exit(2)
     analyze(cfg)
 
 
 def main() -> None:
-    """Console entry point: reject unknown keys and loggers in one line, then run Hydra."""
-    known = [f.name for f in fields(AnalyzeConfig)]
-    loggers = sorted(p.stem for p in (CONF_DIR / "logger").glob("*.yaml"))
-    for arg in sys.argv[1:]:
-        key, sep, value = arg.partition("=")
-        if not sep or key.startswith(("hydra", "+", "~", "-")):
-            continue
-        if key not in known:
-            error = f"unknown option {key!r}; valid options: {', '.join(known)}"
-        elif key == "logger" and value not in loggers:
-            error = f"logger={value} is not one of {', '.join(loggers)}"
-        else:
-            continue
-        print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
-        sys.exit(2)
+    """Console entry point: the command line is composed and checked as Hydra will run it, so
+    a bad value is one line and exit code 2 before anything is read or written."""
+    args = get_args_parser().parse_args(sys.argv[1:])
+    if not any((args.help, args.hydra_help, args.cfg, args.info, args.shell_completion,
+                args.config_path, args.config_dir)):
+        try:
+            with config.as_job(config.compose("analyze", args.overrides)) as job:
+                error = validate(job)
+        except config.UsageError as err:
+            error = str(err)
+        if error:
+            print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
+            sys.exit(2)
     _hydra_main()
 
 

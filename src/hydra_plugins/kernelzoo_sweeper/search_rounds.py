@@ -27,7 +27,8 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from kernelzoo import store
-from kernelzoo.search import Probe, SearchConf, Verdict, failing, make_spec, next_probes
+from kernelzoo.config import SearchConf
+from kernelzoo.search import Probe, Verdict, failing, make_spec, next_probes
 
 
 def _fail(message: str) -> None:
