@@ -8,12 +8,19 @@ rejected one writes nothing anywhere.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
-from conftest import PYTHON, TINY, run_cmd
+from conftest import PYTHON, TINY, analyze, run_cmd, sweep
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from kernelzoo import config
 from kernelzoo import train as train_module
+from kernelzoo.config import CONF
 
 EXPERIMENT_RULE = "one path component"
 
@@ -140,12 +147,13 @@ def _nothing_written(root, cwd):
     assert not list(cwd.iterdir())
 
 
-@pytest.mark.parametrize("command", ["train", "analyze"])
+@pytest.mark.parametrize("command", ["train", "sweep", "analyze"])
 def test_an_escaping_experiment_writes_nothing_anywhere(tmp_path, cli_env, command):
     root, cwd = tmp_path / "root", tmp_path / "root" / "cwd"
     cwd.mkdir(parents=True)
     outside = tmp_path / "outside"
     args = {"train": [PYTHON, "-m", "kernelzoo.train", *TINY],
+            "sweep": [PYTHON, "-m", "kernelzoo.sweep", "smoke"],
             "analyze": [PYTHON, "-m", "kernelzoo.analyze", "logger=none"]}[command]
     res = run_cmd([*args, f"results_dir={root / 'results'}", f"experiment=../../{outside.name}"],
                   cli_env, cwd=cwd, timeout=120)
@@ -154,3 +162,66 @@ def test_an_escaping_experiment_writes_nothing_anywhere(tmp_path, cli_env, comma
     assert len(lines) == 1 and "one path component" in lines[0], res.explain()
     assert not outside.exists()
     _nothing_written(root, cwd)
+
+
+def test_a_device_this_machine_lacks_fails_a_sweep_before_anything(tmp_path, cli_env):
+    """trainer.device=cuda (or a cuda:N beyond the count) as one value of a sweep: exit 2, one
+    line, and no 'infeasible' record under another run id, nothing at all written."""
+    results = tmp_path / "results"
+    res = sweep("smoke", [f"results_dir={results}", "trainer.device=cpu,cuda:99"], cli_env)
+    assert res.returncode == 2, res.explain()
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "trainer.device=cuda:99" in lines[0], res.explain()
+    assert not results.exists()
+
+
+def test_a_typo_in_the_third_value_fails_the_sweep_up_front(tmp_path, cli_env):
+    results = tmp_path / "results"
+    res = sweep("smoke", [f"results_dir={results}", "seed=1,2,x", "launcher=local"], cli_env)
+    assert res.returncode == 2, res.explain()
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "seed=x" in lines[0] and "Traceback" not in res.output
+    assert not results.exists()
+    res = analyze([f"results_dir={results}", "experiment=smoke", "threshold=2"], cli_env)
+    assert res.returncode == 2 and "threshold=2" in res.stderr and not results.exists()
+
+
+# ------------------------------------------------------------------ every point, composed fast
+
+class FakeSweeper:
+    """What points.Composer needs of a sweeper: Hydra's config loader and the master config."""
+
+    def __init__(self, overrides):
+        self.hydra_context = type("Context", (), {})()
+        self.hydra_context.config_loader = GlobalHydra.instance().config_loader()
+        self.config = self.hydra_context.config_loader.load_configuration(
+            "config", overrides, run_mode=RunMode.MULTIRUN)
+
+
+def test_points_are_composed_as_hydra_composes_them_once_per_choice_of_groups(monkeypatch):
+    """The cached composition gives each point exactly the config Hydra composes for its job,
+    and the 240 points of figure2 take one composition per feature map (4)."""
+    from hydra_plugins.kernelzoo_sweeper.points import Composer
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        sweeper = FakeSweeper(["+experiments=figure2"])
+        loader = sweeper.hydra_context.config_loader
+        composer, calls = Composer(sweeper), []
+        real = loader.load_sweep_config
+        monkeypatch.setattr(loader, "load_sweep_config",
+                            lambda master, ov: calls.append(ov) or real(master, ov))
+        points = [["+experiments=figure2", f"feature_map={m}", *extra, f"n_keys={n}"]
+                  for m, extra in (("softmax", []), ("elu", []), ("dpfp", ["feature_map.nu=3"]),
+                                   ("favor", ["feature_map.m=512"]))
+                  for n in range(20, 601, 20)]
+        start = time.perf_counter()
+        jobs = [composer(p) for p in points]
+        seconds = time.perf_counter() - start
+        composer.close()
+        assert len(calls) == 4, calls
+        assert seconds < 30, f"{len(points)} points took {seconds:.1f} s"
+        for point, job in zip(points[::17], jobs[::17]):
+            full = real(sweeper.config, point)
+            expected = OmegaConf.to_container(full, resolve=False)
+            del expected["hydra"]
+            assert OmegaConf.to_container(job, resolve=False) == expected, point

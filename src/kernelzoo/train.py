@@ -4,9 +4,9 @@ One run is one point of a sweep: config → plan (checked config, device, featur
 estimate) → training with the published protocol (``runner.py``) → results store (+ wandb).
 The run's directory is ``<results_dir>/<experiment>/runs/<run_id>/``; a finished run is skipped
 unless ``force=true``. A bad value fails before Hydra creates anything (``precheck``): one line,
-exit code 2 (in a sweep the point is recorded as ``infeasible`` with that message instead, and
-the sweep goes on). A point that cannot be built (a d_dot its map cannot reach) is recorded
-``infeasible`` with the reason, exit code 0.
+exit code 2; in a sweep the sweeper checks every point before the first trains. A point that
+cannot be built (a d_dot its map cannot reach) is recorded ``infeasible`` with the reason
+instead, exit code 0.
 """
 
 from __future__ import annotations
@@ -183,13 +183,8 @@ def base_summary(cfg: DictConfig, identity: dict, rid: str) -> dict:
 
 def run(cfg: DictConfig, echo=print) -> tuple[str, dict | None]:
     """Plan, skip or claim, train, store one run: (run_id, summary or None when skipped)."""
-    in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         p = plan(cfg)
-    except UsageError as err:
-        if not in_sweep:
-            raise
-        return record_infeasible(cfg, raw_identity(cfg), str(err), echo)
     except InfeasibleError as err:
         return record_infeasible(cfg, raw_identity(cfg), str(err), echo)
     identity = p["identity"]
