@@ -6,7 +6,8 @@
 Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model)
 and, for a failure-point search, ``search.json`` (why each probe was trained), saves them as
 ``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``) and ``report.md``
-(``report.py``) beside it. Grids and the sparse, irregular n_keys of a search are read alike.
+(``report.py``) beside it, each atomically. Grids and the sparse, irregular n_keys of a search
+are read alike.
 Partial sweeps are analysed as far as they go; run directories without a summary, corrupted
 summaries and grid holes are listed in the report. Nothing is ever deleted. The command line is
 checked against ``kernelzoo.config.AnalyzeConfig`` before anything runs.
@@ -50,8 +51,8 @@ from omegaconf import DictConfig, OmegaConf
 from kernelzoo import config, plots, tracking
 from kernelzoo.report import write_report
 from kernelzoo.search import candidate, failing
-from kernelzoo.store import (CURVE_COLUMNS, StoreError, atomic_write_text, experiment_dir,
-                             read_search, read_summary)
+from kernelzoo.files import atomic_write, atomic_write_text, one_line
+from kernelzoo.store import CURVE_COLUMNS, StoreError, experiment_dir, read_search, read_summary
 
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
 CAPACITY_COLUMNS = CONFIG_KEYS + (
@@ -334,7 +335,7 @@ def analyze(cfg: DictConfig) -> None:
         print(f"nothing to analyse in {exp_dir / 'runs'}: {len(missing)} runs without summary, "
               f"{len(corrupted)} corrupted", file=sys.stderr)
         return
-    runs.to_parquet(exp_dir / "runs.parquet", index=False)
+    atomic_write(exp_dir / "runs.parquet", lambda f: runs.to_parquet(f, index=False))
     seeds = seed_table(runs, cfg.threshold, cfg.accuracy_threshold)
     capacity = capacity_table(runs, seeds)
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
@@ -374,7 +375,11 @@ def validate(cfg: DictConfig) -> str | None:
 
 @hydra.main(config_path=str(config.CONF), config_name="analyze", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
-    analyze(cfg)
+    try:
+        analyze(cfg)
+    except OSError as err:  # a full disk: the outputs written so far are whole, the rest old
+        print(f"kernelzoo-analyze: error: {one_line(err)}", file=sys.stderr)
+        sys.exit(1)
 
 
 def main() -> None:

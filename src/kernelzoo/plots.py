@@ -1,7 +1,8 @@
 """Figures of the capacity analysis, drawn from the tables that ``analyze`` builds.
 
 Every function takes DataFrames (``runs``: one row per summary plus ``label``; ``capacity``: the
-capacity table) and an output directory, writes one PNG and returns its path. One colour per
+capacity table) and an output directory, writes one PNG (atomically: the old figure or the new,
+never a part) and returns its path. One colour per
 configuration label throughout (``config_colors``: a fixed mapping in natural label order).
 Figures use matplotlib's object API with the Agg canvas: no pyplot state, no display needed.
 """
@@ -17,6 +18,8 @@ import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
+
+from kernelzoo.files import atomic_write
 
 DISPLAY_FLOOR = 1e-8  # losses are clipped here so that a loss of 0 still shows on a log axis
 OUTCOME_MARKERS = {"fails_at": "o", "never_fails": "^", "fails_everywhere": "v"}
@@ -43,7 +46,8 @@ def _dkey(values) -> str:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    atomic_write(path, lambda f: fig.savefig(f, format=path.suffix[1:], dpi=110,
+                                             bbox_inches="tight"))
     return path
 
 

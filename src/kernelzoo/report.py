@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from kernelzoo.plots import natural_key
-from kernelzoo.store import atomic_write_text, read_sweep, trained_points
+from kernelzoo.files import atomic_write_text
+from kernelzoo.store import read_sweep, trained_points
 
 
 def _cell(value, digits: int = 3) -> str:

@@ -5,7 +5,8 @@ config), ``curve.csv`` (step, train_loss, eval_loss, eval_accuracy) and ``summar
 ``summary.json`` is written last, by atomic rename, so its presence means "this run is done";
 a directory without it is an interrupted run and is redone from scratch. Concurrent workers
 claim a run with an OS file lock (``.claim``), which the kernel releases when a worker dies.
-Everything is plain text (YAML, CSV, JSON): reading results never executes code.
+Everything is plain text (YAML, CSV, JSON): reading results never executes code. Every file is
+written through ``files.atomic_write``: the old file or the new, whatever stops the writer.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import math
 import os
 import platform
 import shutil
-import tempfile
 from pathlib import Path
 
 from filelock import FileLock, Timeout
+
+from .files import atomic_write_text
 
 STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
 CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
@@ -157,21 +159,6 @@ def cpu_model() -> str:
             return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine() or "unknown"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _json_safe(value):

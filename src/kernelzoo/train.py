@@ -25,7 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__, config, store, tracking
+from . import __version__, config, files, store, tracking
 from .config import UsageError
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from .model import footprint
@@ -221,7 +221,7 @@ def train_into(where: Path, cfg, p, identity, rid, echo) -> dict:
     """Train the claimed run in the directory ``where``: config.yaml, curve.csv, then the
     summary last."""
     summary = base_summary(cfg, identity, rid)
-    store.atomic_write_text(where / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    files.atomic_write_text(where / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     tr = p["trainer"]
     if tr.threads:
         torch.set_num_threads(tr.threads)
@@ -310,11 +310,11 @@ def _app(cfg: DictConfig) -> str | None:
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         rid, summary = run(cfg)
-    except UsageError as err:
-        print(f"{'failed' if in_sweep else 'error'}: {err}", file=sys.stderr)
-        if in_sweep:  # e.g. a corrupted summary: the other points still run
+    except (UsageError, OSError) as err:  # e.g. a damaged summary, a full disk
+        print(f"{'failed' if in_sweep else 'error'}: {files.one_line(err)}", file=sys.stderr)
+        if in_sweep:  # the other points still run
             return "failed"
-        sys.exit(2)
+        sys.exit(2 if isinstance(err, UsageError) else 1)
     except Exception as err:
         if not in_sweep:
             raise

@@ -29,7 +29,7 @@ from hydra.core.utils import JobStatus
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from kernelzoo import config, store
+from kernelzoo import config, files, store
 
 from .points import check_points, fail
 
@@ -122,8 +122,12 @@ class GridSweeper(BasicSweeper):
             return
         path = store.sweep_file(store.experiment_dir(self.config.results_dir,
                                                      self.config.experiment))
-        with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
-            self._append(path, record, start, wall)
+        try:
+            with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
+                self._append(path, record, start, wall)
+        except OSError as err:
+            print(f"error: {files.one_line(err)}", file=sys.stderr)
+            sys.exit(1)
 
     def _append(self, path, record: dict, start, wall) -> None:
         history = json.loads(path.read_text()) if path.is_file() else {"invocations": []}
@@ -133,4 +137,4 @@ class GridSweeper(BasicSweeper):
             "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
             "machine": machine()})
         history["wall_seconds"] = round(sum(i["wall_seconds"] for i in history["invocations"]), 1)
-        store.atomic_write_text(path, json.dumps(history, indent=2) + "\n")
+        files.atomic_write_text(path, json.dumps(history, indent=2) + "\n")

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from filelock import FileLock
 from omegaconf import OmegaConf
 
-from kernelzoo import store
+from kernelzoo import files, store
 from kernelzoo.config import SearchConf
 from kernelzoo.search import Probe, Verdict, failing, make_spec, next_probes
 
@@ -185,4 +185,4 @@ class SearchRounds:
             except (OSError, ValueError, KeyError, AttributeError):
                 record = {"series": {}}
             record["series"].update({s.key: s.record() for s in all_series})
-            store.atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+            files.atomic_write_text(path, json.dumps(record, indent=1) + "\n")
