@@ -1,5 +1,5 @@
 """The store's promises around the stored results: atomic outputs (kill -9 at any write point,
-a full disk) and file modes that follow the umask.
+a full disk), damaged inputs skipped and named, and file modes that follow the umask.
 
 A kill or a full disk "at a write point" is injected into the real command line: a small
 wrapper (``harness``) patches ``os.fsync`` / ``os.replace``, the two steps of every atomic
@@ -10,6 +10,7 @@ write, to SIGKILL the process or raise ENOSPC at the n-th call, then runs the mo
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import shutil
@@ -17,10 +18,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, TINY, analyze, run_cmd, smoke_args
-from synthetic import write_series
+from conftest import (PYTHON, TINY, analyze, json_file, run_cmd, runs_dir, smoke_args,
+                      snapshot, sweep)
+from synthetic import write_run, write_series
 
-from kernelzoo import files
+from kernelzoo import files, store
 
 GRID = [20, 40, 60, 80, 100, 120]
 OUTPUTS = ("runs.parquet", "capacity.csv", "report.md", "loss_vs_keys.png",
@@ -164,6 +166,83 @@ def test_full_disk_in_a_run_and_a_sweep_is_one_line(tmp_path, cli_env):
     assert res.returncode == 1, res.explain()
     assert "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].endswith("sweep.json: No space left on device")
+
+
+# ------------------------------------------------------------------ damaged inputs
+
+def test_damaged_inputs_are_listed_and_the_analysis_goes_on(tmp_path, cli_env):
+    exp = analysis_store(tmp_path)
+    runs = exp / "runs"
+    wrong_type = next(runs.glob("elu-dkey32-ddot32-S20-*seed1"))
+    summary = json.loads((wrong_type / "summary.json").read_text())
+    (wrong_type / "summary.json").write_text(json.dumps({**summary, "n_keys": "twenty"}))
+    binary = next(runs.glob("elu-dkey32-ddot32-S40-*seed1"))
+    (binary / "summary.json").write_bytes(b"\xff\xfe\x00garbage")
+    fifo_run = next(runs.glob("elu-dkey32-ddot32-S60-*seed1"))
+    (fifo_run / "summary.json").unlink()
+    os.mkfifo(fifo_run / "summary.json")
+    os.mkfifo(runs / "a-fifo")
+    # the curves plotted beside ELU+1 d_dot 64's failure point (seed 1: 60 and 80 keys)
+    curve = next(runs.glob("elu-dkey64-ddot64-S60-*seed1")) / "curve.csv"
+    curve.write_text("step,train_loss,eval_loss,eval_accuracy\n100,abc,0.1,0.9\n")
+    fifo_curve = next(runs.glob("elu-dkey64-ddot64-S80-*seed1")) / "curve.csv"
+    fifo_curve.unlink()
+    os.mkfifo(fifo_curve)
+    (exp / "sweep.json").write_text('{"invocations": [{"points": 6, "wall_')
+    (exp / "search.json").write_text('{"series": [1, 2]}')
+
+    res = analyze(analysis_args(exp), cli_env, timeout=120)
+    assert res.returncode == 0, res.explain()
+    assert "Traceback" not in res.output
+    report = (exp / "report.md").read_text()
+    section = report[report.index("Damaged files (skipped): 8"):]
+    for needle in (f"{wrong_type}/summary.json: n_keys is \"twenty\", not an integer",
+                   f"{binary}/summary.json", "not UTF-8",
+                   f"{fifo_run}/summary.json", "not a regular file",
+                   f"{runs / 'a-fifo'}: not a run directory",
+                   f"{curve}: not a curve", f"{fifo_curve}: not a regular file",
+                   f"{exp / 'sweep.json'}: not readable JSON",
+                   f"{exp / 'search.json'}: not a search record"):
+        assert needle in section, needle
+    for needle in ("sweep.json", "a-fifo", "n_keys is"):
+        assert needle in res.stderr
+
+
+def test_damaged_sweep_record_and_index_do_not_stop_a_sweep(smoke_results, tmp_path):
+    from conftest import copy_results
+
+    results = copy_results(smoke_results.results, tmp_path / "results")
+    exp = results / "smoke"
+    (exp / "sweep.json").write_text('{"invocations": [{"points": 6, "wall_')
+    common = ["+experiments=smoke", *smoke_args(results)]  # the index is keyed by the overrides
+    index = [store._point_file(results, "smoke", [f"feature_map={m}", f"n_keys={n}", *common])
+             for m, n in (("elu", 3), ("elu", 6), ("dpfp", 3))]
+    index[0].parent.mkdir(exist_ok=True)
+    index[0].write_bytes(b"\xff\xfe not a run id")
+    os.mkfifo(index[1])
+    index[2].write_text("../../../etc\n")
+    before = snapshot(runs_dir(results, "smoke"))
+    res = sweep("smoke", smoke_args(results), smoke_results.env, timeout=300)
+    assert res.returncode == 0, res.explain()
+    assert "Traceback" not in res.output and "done " not in res.stdout, res.explain()
+    for needle in (str(index[0]), "not UTF-8", str(index[1]), "not a regular file", str(index[2]),
+                   "a run id is one path component", "sweep.json: not readable JSON",
+                   "kept as sweep.json.damaged"):
+        assert needle in res.stderr, needle
+    assert (exp / "sweep.json.damaged").read_text() == '{"invocations": [{"points": 6, "wall_'
+    assert json_file(exp / "sweep.json")["invocations"][0]["outcomes"] == {"skipped": 6}
+    assert snapshot(runs_dir(results, "smoke")) == before
+    assert all(stat.S_ISREG(p.stat().st_mode) for p in index[:3]), "the index is not mended"
+
+
+def test_a_summary_with_wrong_types_is_a_store_error(tmp_path):
+    path = write_run(tmp_path, n_keys=20, loss=1e-4)
+    summary = json.loads((path / "summary.json").read_text())
+    for key, bad in (("final_eval_loss", "low"), ("seed", True), ("feature_map_params", [1]),
+                     ("d_dot", 1.5), ("status", 3)):
+        (path / "summary.json").write_text(json.dumps({**summary, key: bad}))
+        with pytest.raises(store.StoreError, match=key):
+            store.read_summary(path)
 
 
 # ------------------------------------------------------------------ file modes

@@ -7,10 +7,11 @@ Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the traine
 and, for a failure-point search, ``search.json`` (why each probe was trained), saves them as
 ``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``) and ``report.md``
 (``report.py``) beside it, each atomically. Grids and the sparse, irregular n_keys of a search
-are read alike.
-Partial sweeps are analysed as far as they go; run directories without a summary, corrupted
-summaries and grid holes are listed in the report. Nothing is ever deleted. The command line is
-checked against ``kernelzoo.config.AnalyzeConfig`` before anything runs.
+are read alike. Partial sweeps are analysed as far as they go; run directories without a
+summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
+sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
+report. Nothing is ever deleted. The command line is checked against
+``kernelzoo.config.AnalyzeConfig`` before anything runs.
 
 Failure-point rule (stated again in report.md)
 ----------------------------------------------
@@ -35,6 +36,7 @@ predicted.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import sys
@@ -51,8 +53,8 @@ from omegaconf import DictConfig, OmegaConf
 from kernelzoo import config, plots, tracking
 from kernelzoo.report import write_report
 from kernelzoo.search import candidate, failing
-from kernelzoo.files import atomic_write, atomic_write_text, one_line
-from kernelzoo.store import CURVE_COLUMNS, StoreError, experiment_dir, read_search, read_summary
+from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
+from kernelzoo.store import CURVE_COLUMNS, experiment_dir, read_search, read_summary
 
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
 CAPACITY_COLUMNS = CONFIG_KEYS + (
@@ -86,42 +88,45 @@ def _number(value) -> float:
 
 
 def _row(summary: dict, run_dir: str) -> dict:
-    params = summary["feature_map_params"] or {}
-    if not isinstance(params, dict):
-        raise TypeError("feature_map_params is not an object")
+    """One row of ``runs`` from a summary whose types ``read_summary`` checked."""
+    params = summary["feature_map_params"]
     row = dict(summary, run_dir=run_dir, params=canonical_params(params),
                feature_map_params=json.dumps(params, sort_keys=True))
     for key in ("final_eval_loss", "best_eval_loss", "final_eval_accuracy", "wall_seconds"):
         row[key] = _number(summary[key])
-    for key in ("d_key", "n_keys", "seed", "steps"):
-        row[key] = int(summary[key])
     return row
 
 
 def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
-    """(one row per readable summary, run dirs without summary, one line per corrupted one)."""
-    rows, missing, corrupted = [], [], []
-    for path in sorted(p for p in (exp_dir / "runs").iterdir() if p.is_dir()):
-        if not (path / "summary.json").exists():
+    """(one row per readable summary, run dirs without summary, one line per damaged file:
+    a bad summary, something in runs/ that is no run directory, an unreadable search.json)."""
+    rows, missing, damaged = [], [], []
+    for path in sorted((exp_dir / "runs").iterdir()):
+        if not path.is_dir():
+            damaged.append(f"{path}: not a run directory")
+        elif not (path / "summary.json").exists():
             missing.append(path.name)
-            continue
-        try:
-            rows.append(_row(read_summary(path), path.name))
-        except StoreError as err:
-            corrupted.append(str(err))
-        except (TypeError, ValueError) as err:
-            corrupted.append(f"{path / 'summary.json'}: bad value ({err})")
+        else:
+            try:
+                rows.append(_row(read_summary(path), path.name))
+            except StoreError as err:
+                damaged.append(str(err))
     runs = pd.DataFrame(rows)
     if runs.empty:
-        return runs, missing, corrupted
-    probes = {p["run_id"]: p for series in (read_search(exp_dir) or {}).values()
+        return runs, missing, damaged
+    try:
+        search = read_search(exp_dir) or {}
+    except StoreError as err:
+        damaged.append(str(err))
+        search = {}
+    probes = {p["run_id"]: p for series in search.values()
               for p in series["probes"] if isinstance(p, dict) and "run_id" in p}
     runs["probe_round"] = [probes.get(r, {}).get("round") for r in runs["run_id"]]
     runs["probe_round"] = runs["probe_round"].astype("Int64")
     runs["probe_why"] = [probes.get(r, {}).get("why") for r in runs["run_id"]]
     for key in ("d_dot", "predicted_capacity"):
         runs[key] = runs[key].astype("Int64")
-    return add_labels(runs), missing, corrupted
+    return add_labels(runs), missing, damaged
 
 
 def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
@@ -284,9 +289,19 @@ def grid_holes(runs: pd.DataFrame) -> list[str]:
     return holes
 
 
+def read_curve(path: Path) -> pd.DataFrame:
+    """A run's curve.csv as numbers; StoreError naming it when it is not one."""
+    try:
+        curve = pd.read_csv(io.StringIO(read_text(path)), usecols=list(CURVE_COLUMNS))
+        return curve.apply(pd.to_numeric)
+    except (ValueError, pd.errors.ParserError) as err:
+        raise StoreError(f"{path}: not a curve ({str(err).splitlines()[0]})") from None
+
+
 def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
-                exp_dir: Path) -> pd.DataFrame:
-    """Eval curves of the runs just below and above each failure point (the median-most seed)."""
+                exp_dir: Path, damaged: list[str]) -> pd.DataFrame:
+    """Eval curves of the runs just below and above each failure point (the median-most seed);
+    a damaged curve is added to ``damaged`` and left out, a missing one left out."""
     frames = []
     for row in capacity[capacity["outcome"] == "fails_at"].itertuples():
         group = seeds[(seeds["label"] == row.label) & (seeds["outcome"] == "fails_at")]
@@ -296,8 +311,11 @@ def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
                          & (runs["n_keys"] == n)]
             path = exp_dir / "runs" / match["run_dir"].iloc[0] / "curve.csv"
             try:
-                curve = pd.read_csv(path, usecols=list(CURVE_COLUMNS))
-            except (OSError, ValueError, pd.errors.ParserError):
+                curve = read_curve(path)
+            except FileNotFoundError:
+                continue
+            except (OSError, StoreError) as err:
+                damaged.append(one_line(err))
                 continue
             frames.append(curve.assign(label=row.label, n_keys=int(n), side=side))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -328,23 +346,27 @@ def log_dashboard(cfg: DictConfig, capacity: pd.DataFrame, figures: list[Path]) 
 def analyze(cfg: DictConfig) -> None:
     """Load, compute failure points, write runs.parquet, capacity.csv, figures and report.md."""
     exp_dir = experiment_dir(cfg.results_dir, cfg.experiment)
-    runs, missing, corrupted = load_runs(exp_dir)
-    for line in corrupted:
-        print(f"warning: skipped corrupted summary: {line}", file=sys.stderr)
+    runs, missing, damaged = load_runs(exp_dir)
     if runs.empty:
+        for line in damaged:
+            print(f"warning: skipped damaged file: {line}", file=sys.stderr)
         print(f"nothing to analyse in {exp_dir / 'runs'}: {len(missing)} runs without summary, "
-              f"{len(corrupted)} corrupted", file=sys.stderr)
+              f"{len(damaged)} damaged", file=sys.stderr)
         return
     atomic_write(exp_dir / "runs.parquet", lambda f: runs.to_parquet(f, index=False))
     seeds = seed_table(runs, cfg.threshold, cfg.accuracy_threshold)
     capacity = capacity_table(runs, seeds)
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
     search = plots.is_search(runs)  # sparse probes: no grid to fill
-    figures = plots.all_figures(runs, capacity, curve_table(runs, seeds, capacity, exp_dir),
-                                exp_dir, cfg.threshold, cfg.accuracy_threshold, search)
-    report = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, missing, corrupted,
-                          None if search else grid_holes(runs), figures, cfg.threshold,
-                          cfg.accuracy_threshold, rule=__doc__.partition("---\n")[2].strip())
+    curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
+    figures = plots.all_figures(runs, capacity, curves, exp_dir, cfg.threshold,
+                                cfg.accuracy_threshold, search)
+    report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, missing,
+                                   damaged, None if search else grid_holes(runs), figures,
+                                   cfg.threshold, cfg.accuracy_threshold,
+                                   rule=__doc__.partition("---\n")[2].strip())
+    for line in damaged:
+        print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {len(runs)} runs of {cfg.experiment} -> {report}")
     if cfg.logger.get("name") != "none":
         log_dashboard(cfg, capacity, figures)

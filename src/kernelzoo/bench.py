@@ -338,7 +338,11 @@ def sweep_targets(results: Path) -> list[str]:
     out = []
     for name, minutes in SWEEP_MINUTES.items():
         what = f"`{name}` sweep in at most {minutes} min"
-        history = store.read_sweep(results / name)
+        try:
+            history = store.read_sweep(results / name)
+        except store.StoreError as err:
+            out.append(f"{what}: unknown, {err}")
+            continue
         if history is None:
             out.append(f"{what}: no sweep recorded in {results / name}")
             continue

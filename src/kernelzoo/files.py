@@ -1,15 +1,23 @@
-"""Every file of the suite is written whole.
+"""Every file of the suite is written whole and read safely.
 
 ``atomic_write`` writes a file so that readers, and a kill -9 or a full disk at any moment, see
-the old file or the new, never a part, with the mode the umask gives.
+the old file or the new, never a part, with the mode the umask gives; ``read_text`` reads only
+regular UTF-8 files, so a FIFO or a binary blob where a result should be is reported (as
+StoreError, naming the file and what is wrong), never waited on or decoded into nonsense.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
+
+
+class StoreError(Exception):
+    """A store entry that cannot be read (damaged or incomplete); the message names the file."""
 
 
 def one_line(err: Exception) -> str:
@@ -58,3 +66,27 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
 def atomic_write_text(path: Path, text: str) -> None:
     """``atomic_write`` of a text (UTF-8)."""
     atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def read_text(path: Path) -> str:
+    """The text of the regular file ``path``. OSError when it cannot be opened; StoreError
+    naming it when it is no regular file (a FIFO would block a reader forever) or not UTF-8."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise StoreError(f"{path}: not a regular file")
+        data = f.read()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as err:
+        raise StoreError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def read_json(file: Path):
+    """The JSON in ``file``, None when there is no such file; StoreError naming it when damaged."""
+    try:
+        return json.loads(read_text(file))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise StoreError(f"{file}: not readable JSON ({err})") from None

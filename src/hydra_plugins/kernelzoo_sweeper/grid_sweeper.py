@@ -12,7 +12,7 @@ points are chosen round by round by the failure-point search (``search_rounds.py
 Before anything is written, every point not known finished is composed and checked
 (``points.py``): a bad value anywhere ends the sweep with one line. After the launch it prints
 one line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep.json``
-(points, outcomes, wall seconds).
+(points, outcomes, wall seconds; a damaged record is kept aside and a new one started).
 """
 
 import json
@@ -49,6 +49,7 @@ class GridSweeper(BasicSweeper):
     def __init__(self, max_batch_size=None, params=None, grids=None):
         super().__init__(max_batch_size=max_batch_size, params=params or {})
         self.grids = list(grids or [{}])
+        self.warned: set[str] = set()
 
     def _points(self, arguments: list[str]) -> list[list[str]]:
         """All points of the union of grids, in order, each once."""
@@ -62,6 +63,17 @@ class GridSweeper(BasicSweeper):
                     points.append(point)
         return points
 
+    def indexed(self, point: list[str]) -> dict | None:
+        """The summary of the finished run the store's index names for ``point``, or None; a
+        damaged index entry is named once and the point goes through the normal path."""
+        try:
+            return store.point_summary(self.config.results_dir, self.config.experiment, point)
+        except store.StoreError as err:
+            if str(err) not in self.warned:
+                self.warned.add(str(err))
+                print(f"warning: {err}; the point is checked and run again", file=sys.stderr)
+            return None
+
     def sweep(self, arguments: list[str]):
         start = time.time()
         try:
@@ -70,8 +82,7 @@ class GridSweeper(BasicSweeper):
             fail(config.describe(err, arguments))
         search = self.config.search.name == "bisect"
         known = not (search or self.config.force or self.config.dry_run)  # finished: skipped
-        todo = [p for p in points if not known or not store.point_done(
-            self.config.results_dir, self.config.experiment, p)]
+        todo = [p for p in points if not known or self.indexed(p) is None]
         self.plans = check_points(self, todo)
         try:
             config.check_results_dir(self.config.results_dir)
@@ -118,23 +129,26 @@ class GridSweeper(BasicSweeper):
         return returns
 
     def _record(self, record: dict, start, wall) -> None:
+        """Append this invocation to sweep.json (a damaged one is kept aside, never lost)."""
         if self.config.dry_run:
             return
         path = store.sweep_file(store.experiment_dir(self.config.results_dir,
                                                      self.config.experiment))
         try:
             with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
-                self._append(path, record, start, wall)
+                try:
+                    history = store.read_sweep(path.parent) or {"invocations": []}
+                except store.StoreError as err:
+                    print(store.set_aside(path, err), file=sys.stderr)
+                    history = {"invocations": []}
+                history["invocations"].append({
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
+                    **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
+                    "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
+                    "machine": machine()})
+                history["wall_seconds"] = round(sum(i["wall_seconds"]
+                                                    for i in history["invocations"]), 1)
+                files.atomic_write_text(path, json.dumps(history, indent=2) + "\n")
         except OSError as err:
             print(f"error: {files.one_line(err)}", file=sys.stderr)
             sys.exit(1)
-
-    def _append(self, path, record: dict, start, wall) -> None:
-        history = json.loads(path.read_text()) if path.is_file() else {"invocations": []}
-        history["invocations"].append({
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
-            **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
-            "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
-            "machine": machine()})
-        history["wall_seconds"] = round(sum(i["wall_seconds"] for i in history["invocations"]), 1)
-        files.atomic_write_text(path, json.dumps(history, indent=2) + "\n")

@@ -158,8 +158,7 @@ class SearchRounds:
 
     def _read(self, series: Series, n_keys: int) -> bool:
         """Fold a finished probe into its series; False if the store has no result for it."""
-        summary = store.point_summary(self.config.results_dir, self.config.experiment,
-                                      series.point(n_keys))
+        summary = self.sweeper.indexed(series.point(n_keys))
         if summary is None:
             return False
         probe = next(p for p in series.probes if p["n_keys"] == n_keys)
@@ -180,9 +179,9 @@ class SearchRounds:
         path = store.search_file(self.exp_dir)
         with FileLock(str(path) + ".lock"):  # keep the series of another sweep on this store
             try:
-                record = json.loads(path.read_text())
-                record["series"].items()
-            except (OSError, ValueError, KeyError, AttributeError):
-                record = {"series": {}}
-            record["series"].update({s.key: s.record() for s in all_series})
-            files.atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+                series = store.read_search(self.exp_dir) or {}
+            except store.StoreError as err:
+                print(store.set_aside(path, err), file=sys.stderr)
+                series = {}
+            series.update({s.key: s.record() for s in all_series})
+            files.atomic_write_text(path, json.dumps({"series": series}, indent=1) + "\n")
