@@ -1,5 +1,6 @@
 """The store's promises around the stored results: atomic outputs (kill -9 at any write point,
-a full disk), damaged inputs skipped and named, and file modes that follow the umask.
+a full disk), damaged inputs skipped and named, force=true keeping the finished run until the
+new one is complete, and file modes that follow the umask.
 
 A kill or a full disk "at a write point" is injected into the real command line: a small
 wrapper (``harness``) patches ``os.fsync`` / ``os.replace``, the two steps of every atomic
@@ -19,10 +20,12 @@ from pathlib import Path
 
 import pytest
 from conftest import (PYTHON, TINY, analyze, json_file, run_cmd, runs_dir, smoke_args,
-                      snapshot, sweep)
+                      snapshot, sweep, train)
 from synthetic import write_run, write_series
 
 from kernelzoo import files, store
+from kernelzoo import train as train_module
+from kernelzoo.analyze import load_runs
 
 GRID = [20, 40, 60, 80, 100, 120]
 OUTPUTS = ("runs.parquet", "capacity.csv", "report.md", "loss_vs_keys.png",
@@ -243,6 +246,59 @@ def test_a_summary_with_wrong_types_is_a_store_error(tmp_path):
         (path / "summary.json").write_text(json.dumps({**summary, key: bad}))
         with pytest.raises(store.StoreError, match=key):
             store.read_summary(path)
+
+
+# ------------------------------------------------------------------ force=true
+
+def _composed(results, *overrides):
+    from hydra import compose, initialize_config_dir
+
+    from kernelzoo.config import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=[f"results_dir={results}", *TINY,
+                                            "trainer.max_steps=50", *overrides])
+
+
+def test_force_keeps_the_finished_run_until_the_new_one_is_complete(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    rid, first = train_module.run(_composed(results), echo=lambda line: None)
+    path = runs_dir(results, "adhoc") / rid
+    finished = {k: v for k, v in snapshot(path).items() if k != ".claim"}
+
+    def crash(cfg, p, rid, where, tracker):
+        assert where != path and where.parent == path.parent and where.name.startswith(".")
+        assert {k: v for k, v in snapshot(path).items() if k != ".claim"} == finished
+        raise RuntimeError("killed mid-training")
+
+    monkeypatch.setattr(train_module, "fit", crash)
+    with pytest.raises(RuntimeError):
+        train_module.run(_composed(results, "force=true"), echo=lambda line: None)
+    assert {k: v for k, v in snapshot(path).items() if k != ".claim"} == finished
+    runs, missing, damaged = load_runs(results / "adhoc")
+    assert list(runs["run_id"]) == [rid] and not missing and not damaged
+    monkeypatch.undo()
+
+    rid2, second = train_module.run(_composed(results, "force=true"), echo=lambda line: None)
+    assert rid2 == rid and store.read_summary(path) == second != first  # wall time differs
+    assert sorted(p.name for p in path.parent.iterdir()) == [rid]
+
+
+def test_force_killed_mid_training_keeps_the_finished_run(tmp_path, cli_env, background):
+    results = tmp_path / "results"
+    args = [f"results_dir={results}", *TINY, "trainer.max_steps=1000", "trainer.patience=1000",
+            "trainer.stop_loss=1e-12"]
+    assert train(args, cli_env).returncode == 0
+    [path] = runs_dir(results, "adhoc").iterdir()
+    finished = {k: v for k, v in snapshot(path).items() if k != ".claim"}
+    forced = background([PYTHON, "-m", "kernelzoo.train", *args, "force=true"], cli_env)
+    staged = path.parent / f".{path.name}.next"
+    assert forced.wait_for(lambda b: (staged / "config.yaml").exists(), timeout=120)
+    forced.kill()
+    assert {k: v for k, v in snapshot(path).items() if k != ".claim"} == finished
+    res = analyze([f"results_dir={results}", "experiment=adhoc", "logger=none"], cli_env)
+    assert res.returncode == 0 and "without summary.json (in progress or interrupted): none" \
+        in (results / "adhoc" / "report.md").read_text(), res.explain()
 
 
 # ------------------------------------------------------------------ file modes

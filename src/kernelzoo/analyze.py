@@ -99,9 +99,10 @@ def _row(summary: dict, run_dir: str) -> dict:
 
 def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
     """(one row per readable summary, run dirs without summary, one line per damaged file:
-    a bad summary, something in runs/ that is no run directory, an unreadable search.json)."""
+    a bad summary, something in runs/ that is no run directory, an unreadable search.json).
+    Hidden entries (a forced rerun in progress) are not runs."""
     rows, missing, damaged = [], [], []
-    for path in sorted((exp_dir / "runs").iterdir()):
+    for path in sorted(p for p in (exp_dir / "runs").iterdir() if not p.name.startswith(".")):
         if not path.is_dir():
             damaged.append(f"{path}: not a run directory")
         elif not (path / "summary.json").exists():

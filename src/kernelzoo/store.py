@@ -3,9 +3,10 @@
 Layout: ``<results_dir>/<experiment>/runs/<run_id>/`` holding ``config.yaml`` (the resolved
 config), ``curve.csv`` (step, train_loss, eval_loss, eval_accuracy) and ``summary.json``.
 ``summary.json`` is written last, by atomic rename, so its presence means "this run is done";
-a directory without it is an interrupted run and is redone from scratch. Concurrent workers
-claim a run with an OS file lock (``.claim``), which the kernel releases when a worker dies.
-Everything is plain text (YAML, CSV, JSON): reading results never executes code.
+a directory without it is an interrupted run and is redone from scratch. A forced rerun of a
+finished run is trained beside it (``staging``) and swapped in whole when complete. Concurrent
+workers claim a run with an OS file lock (``.claim``), which the kernel releases when a worker
+dies. Everything is plain text (YAML, CSV, JSON): reading results never executes code.
 
 Every file is written and read through ``files.py``: whole, or reported as damaged.
 """
@@ -13,6 +14,8 @@ Every file is written and read through ``files.py``: whole, or reported as damag
 from __future__ import annotations
 
 import csv
+import ctypes
+import errno
 import functools
 import hashlib
 import json
@@ -297,3 +300,38 @@ def reset(path: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+def staging(path: Path) -> Path:
+    """An empty directory beside the finished run at ``path`` (hidden from readers), where a
+    forced rerun is trained; what an interrupted forced rerun left there is removed."""
+    new = path.parent / f".{path.name}.next"
+    shutil.rmtree(new, ignore_errors=True)
+    new.mkdir()
+    return new
+
+
+def swap_in(new: Path, path: Path) -> None:
+    """Put the complete run directory ``new`` in the place of ``path`` and remove the replaced
+    one. On Linux the two trade places in one step (renameat2 RENAME_EXCHANGE); where that is
+    not available, ``path`` is renamed aside first, so for an instant neither is in place (a
+    rerun then trains it again; nothing is lost)."""
+    try:
+        _exchange(new, path)
+    except OSError:
+        aside = path.parent / f".{path.name}.old"
+        os.replace(path, aside)
+        os.replace(new, path)
+        new = aside
+    shutil.rmtree(new)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two directory entries atomically (Linux renameat2 with RENAME_EXCHANGE)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE
+    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(a))

@@ -3,10 +3,10 @@
 One run is one point of a sweep: config → plan (checked config, device, feature map, memory
 estimate) → training with the published protocol (``runner.py``) → results store (+ wandb).
 The run's directory is ``<results_dir>/<experiment>/runs/<run_id>/``; a finished run is skipped
-unless ``force=true``. A bad value fails before Hydra creates anything (``precheck``): one line,
-exit code 2; in a sweep the sweeper checks every point before the first trains. A point that
-cannot be built (a d_dot its map cannot reach) is recorded ``infeasible`` with the reason
-instead, exit code 0.
+unless ``force=true``, which trains the new run beside it and swaps it in when complete.
+A bad value fails before Hydra creates anything (``precheck``): one line, exit code 2; in a
+sweep the sweeper checks every point before the first trains. A point that cannot be built (a
+d_dot its map cannot reach) is recorded ``infeasible`` with the reason instead, exit code 0.
 """
 
 from __future__ import annotations
@@ -205,11 +205,16 @@ def run(cfg: DictConfig, echo=print) -> tuple[str, dict | None]:
         if not claimed:
             echo(f"skip {rid}: another worker is running it")
             return rid, None
-        if store.is_done(path) and not cfg.force:  # finished by another worker meanwhile
+        if not store.is_done(path):
+            store.reset(path)
+            summary = train_into(path, cfg, p, identity, rid, echo)
+        elif cfg.force:  # the finished result stays in place until the new one is complete
+            new = store.staging(path)
+            summary = train_into(new, cfg, p, identity, rid, echo)
+            store.swap_in(new, path)
+        else:  # finished by another worker meanwhile
             echo(f"skip {rid}: finished by another worker")
             return rid, None
-        store.reset(path)
-        summary = train_into(path, cfg, p, identity, rid, echo)
     loss = summary["final_eval_loss"]
     echo(f"done {rid}: {summary['status']} after {summary['steps']} steps, eval loss "
          f"{'-' if loss is None else f'{loss:.4g}'} ({summary['wall_seconds']:.1f} s)"
