@@ -100,6 +100,7 @@ def sweep_lines(history: dict, n_runs: int) -> list[str]:
     parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
              + (f" ({trained_points(i)} trained)" if "outcomes" in i else "")
              + (f" in {i['search']['rounds']} search rounds" if "search" in i else "")
+             + (f", interrupted by {i['interrupted']}" if i.get("interrupted") else "")
              for i in history["invocations"]]
     lines = [f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s "
              f"({float(history['wall_seconds']) / 60:.1f} min) over {len(parts)} "

@@ -7,6 +7,7 @@ unless ``force=true``, which trains the new run beside it and swaps it in when c
 A bad value fails before Hydra creates anything (``precheck``): one line, exit code 2; in a
 sweep the sweeper checks every point before the first trains. A point that cannot be built (a
 d_dot its map cannot reach) is recorded ``infeasible`` with the reason instead, exit code 0.
+SIGTERM or SIGINT stops a run or a sweep with one line (``interrupt.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__, config, files, store, tracking
+from . import __version__, config, files, interrupt, store, tracking
 from .config import UsageError
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from .model import footprint
@@ -305,8 +306,13 @@ def precheck(argv: list[str]) -> None:
 
 def main() -> None:
     """Console entry point (``kernelzoo-train``); also what ``kernelzoo.sweep`` starts."""
-    precheck(sys.argv[1:])
-    _app()
+    with interrupt.handled():
+        try:
+            precheck(sys.argv[1:])
+            _app()
+        except interrupt.Interrupted as stop:
+            print(f"interrupted: {stop}", file=sys.stderr)
+            sys.exit(stop.exit_code)
 
 
 @hydra.main(config_path=str(config.CONF), config_name="config", version_base="1.3")

@@ -10,9 +10,10 @@ With ``search=bisect`` the same grids define configurations and their n_keys ran
 points are chosen round by round by the failure-point search (``search_rounds.py``) instead.
 
 Before anything is written, every point not known finished is composed and checked
-(``points.py``): a bad value anywhere ends the sweep with one line. After the launch it prints
-one line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep.json``
-(points, outcomes, wall seconds; a damaged record is kept aside and a new one started).
+(``points.py``): a bad value anywhere ends the sweep with one line. SIGTERM or SIGINT stops the
+workers and records the interruption (``kernelzoo.interrupt``). After the launch it prints one
+line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep.json``
+(points, outcomes, wall seconds, and ``interrupted`` with the signal when it was stopped).
 """
 
 import json
@@ -29,7 +30,7 @@ from hydra.core.utils import JobStatus
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from kernelzoo import config, files, store
+from kernelzoo import config, files, interrupt, store
 
 from .points import check_points, fail
 
@@ -94,15 +95,25 @@ class GridSweeper(BasicSweeper):
         self.outcomes: Counter = Counter({"skipped": len(points) - len(todo)} if not search else {})
         self.first_job = 0
         rounds = None
-        if search:
-            from .search_rounds import SearchRounds
+        try:
+            if search:
+                from .search_rounds import SearchRounds
 
-            rounds = SearchRounds(self)
-            returns = rounds.run(points)
-        else:
-            print(f"sweep {self.config.experiment}: {len(points)} points, "
-                  f"{len(points) - len(todo)} already done")
-            returns = self.launch(todo)
+                rounds = SearchRounds(self)
+                returns = rounds.run(points)
+            else:
+                print(f"sweep {self.config.experiment}: {len(points)} points, "
+                      f"{len(points) - len(todo)} already done")
+                returns = self.launch(todo)
+        except interrupt.Interrupted as stop:
+            interrupt.stop_workers()
+            record = rounds.record() if rounds else {"points": len(points)}
+            wall = time.time() - start
+            self._record({**record, "interrupted": stop.name}, start, wall)
+            raise interrupt.Interrupted(stop.signum, (
+                f"sweep {self.config.experiment} stopped by {stop.name} after "
+                f"{wall / 60:.1f} min ({self._totals() or 'nothing finished'}); its workers are "
+                "stopped, runs in flight have no summary and a rerun redoes them")) from None
         wall = time.time() - start
         print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "
               f"{self._totals() or 'nothing'}")
