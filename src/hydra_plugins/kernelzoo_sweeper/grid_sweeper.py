@@ -30,7 +30,7 @@ from hydra.core.utils import JobStatus
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from kernelzoo import config, files, interrupt, store
+from kernelzoo import config, files, interrupt, store, tracking
 
 from .points import check_points, fail
 
@@ -89,6 +89,8 @@ class GridSweeper(BasicSweeper):
             config.check_results_dir(self.config.results_dir)
         except config.UsageError as err:
             fail(str(err))
+        if self.config.logger.name == "wandb" and not self.config.dry_run:
+            tracking.check_server(self.config.results_dir)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
