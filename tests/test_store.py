@@ -303,16 +303,18 @@ def test_force_killed_mid_training_keeps_the_finished_run(tmp_path, cli_env, bac
 
 # ------------------------------------------------------------------ file modes
 
-def test_files_follow_the_umask(tmp_path, cli_env):
+def test_files_follow_the_umask_and_stay_in_results_dir(tmp_path, cli_env):
     """With umask 002 (a group sharing a cluster's results): files 664, directories 775,
     none left at mkstemp's 600. A one-point sweep (run, index, sweep.json, Hydra's logs), then
-    its analysis."""
-    results = tmp_path / "results"
+    its analysis, from an empty working directory that stays empty."""
+    results, cwd = tmp_path / "results", tmp_path / "cwd"
+    cwd.mkdir()
     script = (f"umask 002 && {PYTHON} -m kernelzoo.train -m results_dir={results} "
               f"experiment=modes {' '.join(TINY)} && {PYTHON} -m kernelzoo.analyze "
               f"experiment=modes results_dir={results} logger=none")
-    res = run_cmd(["bash", "-c", script], cli_env, timeout=300)
+    res = run_cmd(["bash", "-c", script], cli_env, timeout=300, cwd=cwd)
     assert res.returncode == 0, res.explain()
+    assert not list(cwd.iterdir())
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in results.rglob("*")}
     files = {p: m for p, m in modes.items() if p.is_file()}
     assert {"summary.json", "config.yaml", "curve.csv", "report.md", "sweep.json",
