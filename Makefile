@@ -9,6 +9,7 @@ RESULTS ?= results/local
 RESULTS := $(or $(lastword $(patsubst results_dir=%,%,$(filter results_dir=%,$(ARGS)))),$(RESULTS))
 OVERRIDES = results_dir=$(RESULTS) $(filter-out results_dir=%,$(ARGS))
 DRY_RUN = $(filter dry_run=true,$(ARGS))
+SYNC_TIMEOUT ?= 900
 TORCH_CPU ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
@@ -47,9 +48,13 @@ test-slow: install  ## the slower tests kept out of `make test`
 bench: install  ## speed and memory benchmark -> results/bench/; QUICK=1 for a subset
 	$(PY) -m kernelzoo.bench $(if $(QUICK),--quick,)
 
-sync: install  ## upload offline wandb runs
+sync: install  ## upload offline wandb runs; gives up after SYNC_TIMEOUT seconds (no network)
 	@shopt -s nullglob; runs=($(RESULTS)/wandb/offline-run-*); \
-	if (( $${#runs[@]} )); then $(VENV)/bin/wandb sync "$${runs[@]}"; else echo "no offline wandb runs under $(RESULTS)/wandb"; fi
+	if (( ! $${#runs[@]} )); then echo "no offline wandb runs under $(RESULTS)/wandb"; exit 0; fi; \
+	timeout $(SYNC_TIMEOUT) $(VENV)/bin/wandb sync "$${runs[@]}"; code=$$?; \
+	if (( code == 124 )); then echo "error: wandb sync gave up after $(SYNC_TIMEOUT) s (is the" \
+	  "wandb server reachable?); the runs stay under $(RESULTS)/wandb, make sync retries them" >&2; fi; \
+	exit $$code
 
 clean-venv:  ## remove .venv
 	rm -rf $(VENV)

@@ -17,7 +17,8 @@ from kernelzoo.feature_maps import build_feature_map
 from kernelzoo.model import RetrievalModel, retrieval_loss
 from kernelzoo.reference import reference_eval_forward, reference_forward
 from kernelzoo.task import RetrievalTask
-from kernelzoo.train import TrainerConf, evaluate
+from kernelzoo.config import TrainerConf
+from kernelzoo.runner import evaluate
 
 torch.set_num_threads(1)
 

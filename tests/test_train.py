@@ -10,7 +10,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from kernelzoo import store, tracking
-from kernelzoo.train import CONF, plan
+from kernelzoo.config import CONF
+from kernelzoo.train import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +28,7 @@ def run_dirs(results, experiment="adhoc"):
 
 
 def composed(*overrides):
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 
 

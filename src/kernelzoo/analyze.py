@@ -6,11 +6,16 @@
 Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model)
 and, for a failure-point search, ``search.json`` (why each probe was trained), saves them as
 ``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``, ``heatmaps.py``; PNG
-and SVG) and ``report.md`` (``report.py``) beside it. Configurations that are one of the
-authors' Figure 2 configurations (``published.py``) also get the failure point of the authors'
-published losses by the same rule: ``published_capacity`` and ``published_outcome``. Grids and the sparse, irregular n_keys of a search are read alike.
-Partial sweeps are analysed as far as they go; run directories without a summary, corrupted
-summaries and grid holes are listed in the report. Nothing is ever deleted.
+and SVG) and ``report.md`` (``report.py``) beside it, each atomically. Configurations that are
+one of the authors' Figure 2 configurations (``published.py``) also get the failure point of the
+authors' published losses by the same rule (``published_capacity``, ``published_outcome``), and
+every configuration the failure point of the committed reference runs of the same experiment
+(``reference_capacity``, ``reference_outcome``). Grids and the sparse, irregular n_keys of a
+search are read alike. Partial sweeps are analysed as far as they go; run directories without a
+summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
+sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
+report. Nothing is ever deleted. The command line is checked against
+``kernelzoo.config.AnalyzeConfig`` before anything runs.
 
 Failure-point rule (stated again in report.md)
 ----------------------------------------------
@@ -35,28 +40,28 @@ predicted.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import sys
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import hydra
 import numpy as np
 import pandas as pd
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from hydra._internal.utils import get_args_parser
+from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import plots, published, tracking
+from kernelzoo import config, plots, published, tracking
+from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
 from kernelzoo.search import LOSS_FLOOR, candidate, failing
-from kernelzoo.store import (CURVE_COLUMNS, StoreError, atomic_write_text, experiment_dir,
-                             read_config_value, read_search, read_summary)
+from kernelzoo.store import (CURVE_COLUMNS, experiment_dir, read_config_value, read_search,
+                             read_summary)
 from kernelzoo.style import is_search, natural_key
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
 CAPACITY_COLUMNS = CONFIG_KEYS + (
     "predicted_capacity", "n_seeds", "observed_capacity", "ci_low", "ci_high", "first_failure",
@@ -72,21 +77,6 @@ BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "so
                "cosformer": "cosFormer"}
 ESSENTIAL_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",), "t2r": ("m",),
                     "polysketch": ("r",)}
-
-
-@dataclass
-class AnalyzeConfig:
-    """Schema of ``conf/analyze.yaml``; ``logger`` is the shared ``conf/logger`` group."""
-
-    experiment: str = MISSING
-    results_dir: str = "results/local"
-    reference_dir: str = "results/reference"  # committed runs set beside the user's
-    threshold: float = 0.01
-    accuracy_threshold: float = 0.99
-    logger: Any = MISSING
-
-
-ConfigStore.instance().store(name="analyze_schema", node=AnalyzeConfig)
 
 
 def _fmt(value) -> str:
@@ -106,42 +96,46 @@ def _number(value) -> float:
 
 
 def _row(summary: dict, run_dir: str) -> dict:
-    params = summary["feature_map_params"] or {}
-    if not isinstance(params, dict):
-        raise TypeError("feature_map_params is not an object")
+    """One row of ``runs`` from a summary whose types ``read_summary`` checked."""
+    params = summary["feature_map_params"]
     row = dict(summary, run_dir=run_dir, params=canonical_params(params),
                feature_map_params=json.dumps(params, sort_keys=True))
     for key in ("final_eval_loss", "best_eval_loss", "final_eval_accuracy", "wall_seconds"):
         row[key] = _number(summary[key])
-    for key in ("d_key", "n_keys", "seed", "steps"):
-        row[key] = int(summary[key])
     return row
 
 
 def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
-    """(one row per readable summary, run dirs without summary, one line per corrupted one)."""
-    rows, missing, corrupted = [], [], []
-    for path in sorted(p for p in (exp_dir / "runs").iterdir() if p.is_dir()):
-        if not (path / "summary.json").exists():
+    """(one row per readable summary, run dirs without summary, one line per damaged file:
+    a bad summary, something in runs/ that is no run directory, an unreadable search.json).
+    Hidden entries (a forced rerun in progress) are not runs."""
+    rows, missing, damaged = [], [], []
+    for path in sorted(p for p in (exp_dir / "runs").iterdir() if not p.name.startswith(".")):
+        if not path.is_dir():
+            damaged.append(f"{path}: not a run directory")
+        elif not (path / "summary.json").exists():
             missing.append(path.name)
-            continue
-        try:
-            rows.append(_row(read_summary(path), path.name))
-        except StoreError as err:
-            corrupted.append(str(err))
-        except (TypeError, ValueError) as err:
-            corrupted.append(f"{path / 'summary.json'}: bad value ({err})")
+        else:
+            try:
+                rows.append(_row(read_summary(path), path.name))
+            except StoreError as err:
+                damaged.append(str(err))
     runs = pd.DataFrame(rows)
     if runs.empty:
-        return runs, missing, corrupted
-    probes = {p["run_id"]: p for series in (read_search(exp_dir) or {}).values()
+        return runs, missing, damaged
+    try:
+        search = read_search(exp_dir) or {}
+    except StoreError as err:
+        damaged.append(str(err))
+        search = {}
+    probes = {p["run_id"]: p for series in search.values()
               for p in series["probes"] if isinstance(p, dict) and "run_id" in p}
     runs["probe_round"] = [probes.get(r, {}).get("round") for r in runs["run_id"]]
     runs["probe_round"] = runs["probe_round"].astype("Int64")
     runs["probe_why"] = [probes.get(r, {}).get("why") for r in runs["run_id"]]
     for key in ("d_dot", "predicted_capacity"):
         runs[key] = runs[key].astype("Int64")
-    return add_labels(runs), missing, corrupted
+    return add_labels(runs), missing, damaged
 
 
 def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
@@ -304,10 +298,20 @@ def grid_holes(runs: pd.DataFrame) -> list[str]:
     return holes
 
 
+def read_curve(path: Path) -> pd.DataFrame:
+    """A run's curve.csv as numbers; StoreError naming it when it is not one."""
+    try:
+        curve = pd.read_csv(io.StringIO(read_text(path)), usecols=list(CURVE_COLUMNS))
+        return curve.apply(pd.to_numeric)
+    except (ValueError, pd.errors.ParserError) as err:
+        raise StoreError(f"{path}: not a curve ({str(err).splitlines()[0]})") from None
+
+
 def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
-                exp_dir: Path) -> pd.DataFrame:
+                exp_dir: Path, damaged: list[str]) -> pd.DataFrame:
     """Eval curves of the runs just below and above each failure point (the median-most seed),
-    with each run's stop threshold (``trainer.stop_loss`` in its config.yaml; NaN if absent)."""
+    with each run's stop threshold (``trainer.stop_loss`` in its config.yaml; NaN if absent);
+    a damaged curve is added to ``damaged`` and left out, a missing one left out."""
     frames = []
     for row in capacity[capacity["outcome"] == "fails_at"].itertuples():
         group = seeds[(seeds["label"] == row.label) & (seeds["outcome"] == "fails_at")]
@@ -317,8 +321,11 @@ def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
                          & (runs["n_keys"] == n)]
             path = exp_dir / "runs" / match["run_dir"].iloc[0] / "curve.csv"
             try:
-                curve = pd.read_csv(path, usecols=list(CURVE_COLUMNS))
-            except (OSError, ValueError, pd.errors.ParserError):
+                curve = read_curve(path)
+            except FileNotFoundError:
+                continue
+            except (OSError, StoreError) as err:
+                damaged.append(one_line(err))
                 continue
             stop_loss = _number(read_config_value(path.parent, "trainer.stop_loss"))
             frames.append(curve.assign(label=row.label, n_keys=int(n), side=side,
@@ -351,14 +358,14 @@ def log_dashboard(cfg: DictConfig, capacity: pd.DataFrame, figures: list[Path]) 
 def analyze(cfg: DictConfig) -> None:
     """Load, compute failure points, write runs.parquet, capacity.csv, figures and report.md."""
     exp_dir = experiment_dir(cfg.results_dir, cfg.experiment)
-    runs, missing, corrupted = load_runs(exp_dir)
-    for line in corrupted:
-        print(f"warning: skipped corrupted summary: {line}", file=sys.stderr)
+    runs, missing, damaged = load_runs(exp_dir)
     if runs.empty:
+        for line in damaged:
+            print(f"warning: skipped damaged file: {line}", file=sys.stderr)
         print(f"nothing to analyse in {exp_dir / 'runs'}: {len(missing)} runs without summary, "
-              f"{len(corrupted)} corrupted", file=sys.stderr)
+              f"{len(damaged)} damaged", file=sys.stderr)
         return
-    runs.to_parquet(exp_dir / "runs.parquet", index=False)
+    atomic_write(exp_dir / "runs.parquet", lambda f: runs.to_parquet(f, index=False))
     seeds = seed_table(runs, cfg.threshold, cfg.accuracy_threshold)
     points = published.points(runs)
     capacity = published.capacity_columns(
@@ -369,12 +376,15 @@ def analyze(cfg: DictConfig) -> None:
         capacity, None if reference.resolve() == exp_dir.resolve() else reference / "capacity.csv")
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
     search = is_search(runs)  # sparse probes: no grid to fill
-    figures, omitted = plots.all_figures(runs, capacity, points,
-                                         curve_table(runs, seeds, capacity, exp_dir), exp_dir,
-                                         cfg.threshold, cfg.accuracy_threshold, search)
-    report = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, missing, corrupted,
-                          None if search else grid_holes(runs), figures, omitted, cfg.threshold,
-                          cfg.accuracy_threshold, rule=__doc__.partition("---\n")[2].strip())
+    curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
+    figures, omitted = plots.all_figures(runs, capacity, points, curves, exp_dir, cfg.threshold,
+                                         cfg.accuracy_threshold, search)
+    report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, missing,
+                                   damaged, None if search else grid_holes(runs), figures,
+                                   omitted, cfg.threshold, cfg.accuracy_threshold,
+                                   rule=__doc__.partition("---\n")[2].strip())
+    for line in damaged:
+        print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {len(runs)} runs of {cfg.experiment} -> {report}")
     if cfg.logger.get("name") != "none":
         log_dashboard(cfg, capacity, figures)
@@ -389,16 +399,13 @@ def _experiments(results_dir: str) -> str:
 
 
 def validate(cfg: DictConfig) -> str | None:
-    """The first problem with ``cfg`` as a one-line message, or None."""
-    known = [f.name for f in fields(AnalyzeConfig)]
-    unknown = sorted(set(cfg) - set(known))
-    if unknown:
-        return f"unknown option {', '.join(unknown)}; valid options: {', '.join(known)}"
-    for key in ("threshold", "accuracy_threshold"):
-        if not 0 < cfg[key] < 1:
-            return f"{key}={cfg[key]} is outside (0, 1): give a number strictly between 0 and 1"
+    """The first problem with ``cfg`` (composed, without its hydra node) as one line, or None."""
     if OmegaConf.is_missing(cfg, "experiment"):
         return f"experiment=<name> is required ({_experiments(cfg.results_dir)})"
+    try:
+        config.check(cfg, config.AnalyzeConfig)
+    except config.UsageError as err:
+        return str(err)
     runs_dir = experiment_dir(cfg.results_dir, cfg.experiment) / "runs"
     if not runs_dir.is_dir():
         return (f"unknown experiment {cfg.experiment!r}: no {runs_dir} "
@@ -406,31 +413,29 @@ def validate(cfg: DictConfig) -> str | None:
     return None
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="analyze", version_base="1.3")
+@hydra.main(config_path=str(config.CONF), config_name="analyze", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
-    error = validate(cfg)
-    if error:
-        print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
-        sys.exit(2)
-    analyze(cfg)
+    try:
+        analyze(cfg)
+    except OSError as err:  # a full disk: the outputs written so far are whole, the rest old
+        print(f"kernelzoo-analyze: error: {one_line(err)}", file=sys.stderr)
+        sys.exit(1)
 
 
 def main() -> None:
-    """Console entry point: reject unknown keys and loggers in one line, then run Hydra."""
-    known = [f.name for f in fields(AnalyzeConfig)]
-    loggers = sorted(p.stem for p in (CONF_DIR / "logger").glob("*.yaml"))
-    for arg in sys.argv[1:]:
-        key, sep, value = arg.partition("=")
-        if not sep or key.startswith(("hydra", "+", "~", "-")):
-            continue
-        if key not in known:
-            error = f"unknown option {key!r}; valid options: {', '.join(known)}"
-        elif key == "logger" and value not in loggers:
-            error = f"logger={value} is not one of {', '.join(loggers)}"
-        else:
-            continue
-        print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
-        sys.exit(2)
+    """Console entry point: the command line is composed and checked as Hydra will run it, so
+    a bad value is one line and exit code 2 before anything is read or written."""
+    args = get_args_parser().parse_args(sys.argv[1:])
+    if not any((args.help, args.hydra_help, args.cfg, args.info, args.shell_completion,
+                args.config_path, args.config_dir)):
+        try:
+            with config.as_job(config.compose("analyze", args.overrides)) as job:
+                error = validate(job)
+        except config.UsageError as err:
+            error = str(err)
+        if error:
+            print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
+            sys.exit(2)
     _hydra_main()
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
+import io
 import json
 import math
 import resource
@@ -42,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from . import memory, store
+from . import files, memory, store
 from .feature_maps import build_feature_map
 from .model import RetrievalModel, retrieval_loss
 from .reference import reference_eval_forward, reference_forward
@@ -269,12 +270,12 @@ def run_row(row: dict, device: torch.device, clock: str, rates, threads: int, me
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: _cell(r[k], "{:.4g}") for k in COLUMNS})
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS)
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: _cell(r[k], "{:.4g}") for k in COLUMNS})
+    files.atomic_write_text(path, out.getvalue())
 
 
 def _cell(value, fmt: str) -> str:
@@ -329,7 +330,7 @@ def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
         lines.append("| " + " | ".join(cells + [f"{r['floor_ms'] / r['kernelzoo_ms']:.0%}"]) + " |")
     lines += ["", "## Targets", ""] + [f"- {t}" for t in [*targets(rows), *sweeps]]
     lines += ["", "## Notes", "", NOTES]
-    path.write_text("\n".join(lines) + "\n")
+    files.atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def sweep_targets(results: Path) -> list[str]:
@@ -337,7 +338,11 @@ def sweep_targets(results: Path) -> list[str]:
     out = []
     for name, minutes in SWEEP_MINUTES.items():
         what = f"`{name}` sweep in at most {minutes} min"
-        history = store.read_sweep(results / name)
+        try:
+            history = store.read_sweep(results / name)
+        except store.StoreError as err:
+            out.append(f"{what}: unknown, {err}")
+            continue
         if history is None:
             out.append(f"{what}: no sweep recorded in {results / name}")
             continue

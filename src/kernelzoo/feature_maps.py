@@ -462,13 +462,20 @@ class _RandomFeatures(FeatureMap):
     def __init__(self, d_key, m, orthogonal, redraw, redraw_every, projection, seed, **params):
         _require(_is_count(m), f"{self.name}: m must be an integer >= 1, got {m!r}")
         _require(_is_count(redraw_every), f"{self.name}: redraw_every must be an integer >= 1, got {redraw_every!r}")
+        _require(isinstance(orthogonal, bool), f"{self.name}: orthogonal must be true or false, got {orthogonal!r}")
+        _require(seed is None or (isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
+                                  and 0 <= seed < 2**63),
+                 f"{self.name}: seed must be null or an integer from 0 to 2**63 - 1, got {seed!r}")
         redraw = redraw or ("never" if projection is not None else "every_call")
         _require(redraw in _REDRAWS, f"{self.name}: redraw must be one of {_REDRAWS}, got {redraw!r}")
         _require(
             projection is None or redraw == "never",
             f"{self.name}: an explicit projection is never redrawn, so redraw must be 'never', got {redraw!r}",
         )
-        given = None if projection is None else torch.as_tensor(projection, dtype=torch.get_default_dtype()).detach()
+        try:
+            given = None if projection is None else torch.as_tensor(projection, dtype=torch.get_default_dtype()).detach()
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ConfigError(f"{self.name}: projection must be an (m, d_key) array of numbers ({err})") from None
         all_params = {"m": m, **params, "orthogonal": orthogonal, "redraw": redraw, "redraw_every": redraw_every,
                       "seed": seed, "projection": None if given is None else given.tolist()}
         super().__init__(d_key, self._copies(params) * m, all_params)
@@ -550,9 +557,11 @@ class Favor(_RandomFeatures):
                  input_scale=1.0, stabilize=False, projection=None, seed=None):
         _require(variant in _VARIANTS, f"favor: variant must be one of {_VARIANTS}, got {variant!r}")
         _require(
-            input_scale == "performer" or (isinstance(input_scale, (int, float)) and not isinstance(input_scale, bool)),
-            f"favor: input_scale must be a number or 'performer', got {input_scale!r}",
+            input_scale == "performer" or (isinstance(input_scale, (int, float)) and not isinstance(input_scale, bool)
+                                           and math.isfinite(input_scale) and input_scale > 0),
+            f"favor: input_scale must be a finite number > 0 or 'performer', got {input_scale!r}",
         )
+        _require(isinstance(stabilize, bool), f"favor: stabilize must be true or false, got {stabilize!r}")
         super().__init__(d_key, m, orthogonal, redraw, redraw_every, projection, seed,
                          variant=variant, input_scale=input_scale, stabilize=stabilize)
         self.variant, self.stabilize = variant, stabilize

@@ -34,10 +34,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .config import NORMALISATIONS, UPDATE_RULES
 from .feature_maps import sum_normalise
-
-UPDATE_RULES = ("sum", "delta", "fwm")
-NORMALISATIONS = ("attention", "sum", "none")
 FWM_LAYER_NORM_EPS = 1e-5  # task spec: LayerNorm of the fwm output, no affine parameters
 
 

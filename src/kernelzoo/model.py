@@ -27,13 +27,15 @@ from torch import nn
 from . import memory
 from .feature_maps import FeatureMap, batched_dot
 
+EMBED_FACTOR = 1.1  # the authors' embedding width, int(2S * 1.1)
+
 
 class RetrievalModel(nn.Module):
     """Single layer, single head, no MLP, no positional encoding (task-spec "Model")."""
 
     def __init__(self, n_keys: int, phi: FeatureMap, update_rule: str = "sum",
                  normalisation: str = "attention", eps: float = 1e-6, key_eps: float = 0.0,
-                 chunk_size: int = 64, embed_factor: float = 1.1):
+                 chunk_size: int = 64, embed_factor: float = EMBED_FACTOR):
         super().__init__()
         S, d_key = n_keys, phi.d_key
         self.n_keys, self.d_key, self.phi = S, d_key, phi
@@ -93,6 +95,29 @@ class RetrievalModel(nn.Module):
         B, Q, L = scores.shape
         index = values.unsqueeze(1).expand(B, Q, L)
         return scores.new_zeros(B, Q, self.n_keys).scatter_add_(2, index, scores)
+
+
+def footprint(n_keys: int, d_key: int, d_dot: float, update_rule: str, batch_size: int,
+              seq_len: int, eval_sequences: int, eval_queries: int, eval_seq_len: int,
+              element_bytes: int) -> dict:
+    """An estimate of the memory one run needs at its peak, in bytes, from its dominant terms:
+    ``parameters`` with their gradients and Adam's two moments (4 copies; the 2S x 2.2S
+    embedding table dominates) and ``activations``, the larger of a training step's (kept for
+    the backward: twice the forward's) and an evaluation's. Per forward: keys and their
+    features (B L (d_key + d_dot)), scores and outputs (B Q (L + S)), and for the delta and fwm
+    rules the one-hot values (B L S) and the state (B S d_dot). It is there to refuse what
+    cannot fit, not to measure (``bench.py`` measures)."""
+    S, e = n_keys, int(2 * n_keys * EMBED_FACTOR)
+    params = 2 * S * e + (S + e + 1) * d_key + (e + 1) * d_key + (S + e + 1) * (update_rule != "sum")
+    D = d_key if math.isinf(d_dot) else d_dot  # softmax keeps no features
+
+    def forward(B, L, Q):
+        per = B * L * (d_key + D) + B * Q * (L + S)
+        return per + (B * L * S + B * S * D if update_rule != "sum" else 0)
+
+    activations = max(2 * forward(batch_size, seq_len, 1),
+                      forward(eval_sequences, eval_seq_len, eval_queries))
+    return {"parameters": 4 * params * element_bytes, "activations": activations * element_bytes}
 
 
 def _gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 Every function takes DataFrames (``runs``: one row per summary plus ``label``; ``capacity``: the
 capacity table with its published columns; ``published``: the authors' points of the matching
 configurations, ``published.points``) and an output directory, writes one figure as PNG and SVG
-(``style.save``) and returns the PNG's path. The heatmaps are in ``heatmaps.py``; colours, label
+(``style.save``, atomically) and returns the PNG's path. The heatmaps are in ``heatmaps.py``; colours, label
 order and legends in ``style.py``.
 """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from .store import atomic_write_text
+from .files import atomic_write_text
 
 FILE = "progress.json"
 

@@ -9,14 +9,14 @@ is missing or was treated as noise, and the figures (PNG embedded, SVG linked, o
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pandas as pd
 
+from kernelzoo.files import StoreError, atomic_write_text
 from kernelzoo.plots import efficiency_order
+from kernelzoo.store import read_sweep, trained_points
 from kernelzoo.style import natural, natural_key
-from kernelzoo.store import atomic_write_text, read_sweep, trained_points
 
 
 def _cell(value, digits: int = 3) -> str:
@@ -231,11 +231,31 @@ def stalls(runs: pd.DataFrame) -> list[str]:
             for r in runs[few].itertuples()]
 
 
+def sweep_lines(history: dict, n_runs: int) -> list[str]:
+    """The sweep record's lines of "What was run": wall clock per invocation, planned points."""
+    parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
+             + (f" ({trained_points(i)} trained)" if "outcomes" in i else "")
+             + (f" in {i['search']['rounds']} search rounds" if "search" in i else "")
+             + (f", interrupted by {i['interrupted']}" if i.get("interrupted") else "")
+             for i in history["invocations"]]
+    lines = [f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s "
+             f"({float(history['wall_seconds']) / 60:.1f} min) over {len(parts)} "
+             f"invocation(s): {'; '.join(parts)}."]
+    planned = max(i["points"] for i in history["invocations"])
+    lines.append(f"- Points planned by the largest invocation: {planned}; with a summary: "
+                 f"{n_runs}" + ("" if n_runs >= planned else " (partial sweep)") + ".")
+    last = history["invocations"][-1]
+    if "machine" in last:
+        lines.append(f"- Sweep machine: {last['machine']}; launcher {last['launcher']}.")
+    return lines
+
+
 def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
-                 capacity: pd.DataFrame, missing: list[str], corrupted: list[str],
+                 capacity: pd.DataFrame, missing: list[str], damaged: list[str],
                  holes: list[str], figures: list[Path], omitted: list[str], threshold: float,
-                 accuracy_threshold: float, rule: str) -> Path:
-    """``report.md``: what ran where, the rule, the table, the probes, what is missing."""
+                 accuracy_threshold: float, rule: str) -> tuple[Path, list[str]]:
+    """``report.md``: what ran where, the rule, the table, the probes, what is missing; with
+    every damaged file listed (``damaged`` and an unreadable sweep.json: returned too)."""
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
     steps = int(runs["steps"].fillna(0).sum())
@@ -256,22 +276,12 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
         lines.append(f"- {len(capped)} runs stopped at the step cap ({int(capped['steps'].max())} "
                      "steps), not by the stopping rule: a failure there may be slow learning "
                      "rather than lack of capacity.")
-    history = read_sweep(exp_dir)
-    if history is not None:
-        with contextlib.suppress(ValueError, TypeError, KeyError):  # a record lacking a field
-            parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
-                     + (f" ({trained_points(i)} trained)" if "outcomes" in i else "")
-                     + (f" in {i['search']['rounds']} search rounds" if "search" in i else "")
-                     for i in history["invocations"]]
-            lines.append(f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s "
-                         f"({float(history['wall_seconds']) / 60:.1f} min) over {len(parts)} "
-                         f"invocation(s): {'; '.join(parts)}.")
-            planned = max(i["points"] for i in history["invocations"])
-            lines.append(f"- Points planned by the largest invocation: {planned}; with a summary: "
-                         f"{len(runs)}" + ("" if len(runs) >= planned else " (partial sweep)") + ".")
-            last = history["invocations"][-1]
-            if "machine" in last:
-                lines.append(f"- Sweep machine: {last['machine']}; launcher {last['launcher']}.")
+    try:
+        history = read_sweep(exp_dir)
+    except StoreError as err:
+        damaged, history = [*damaged, str(err)], None
+    if history is not None and history["invocations"]:
+        lines += sweep_lines(history, len(runs))
     lines += ["", "## Failure-point rule", "", f"tau = {threshold:g}, accuracy threshold = "
               f"{accuracy_threshold:g}.", "", rule, "",
               f"## Capacity (loss criterion: final eval loss > {threshold:g})", ""]
@@ -302,7 +312,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
              for label, g in seeds.groupby("label") if g["outcome"].nunique() > 1]
     for title, items in (
             ("Run directories without summary.json (in progress or interrupted)", missing),
-            ("Corrupted summaries (skipped)", corrupted),
+            ("Damaged files (skipped)", damaged),
             ("Infeasible points (excluded)", [f"{r.label}, seed {r.seed}, n_keys {r.n_keys}: "
                                                f"{r.reason}" for r in infeasible.itertuples()]),
             ("Isolated failures treated as noise (a failure followed by a pass)",
@@ -315,4 +325,4 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     lines += [""] + figure_lines(figures, omitted)
     path = exp_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
+    return path, damaged

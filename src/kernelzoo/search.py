@@ -37,24 +37,11 @@ Every probe is a new n_keys: no series is ever probed twice at one n_keys.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass
-class SearchConf:
-    """``conf/search/<name>.yaml``. ``grid`` trains every grid point; ``bisect`` searches each
-    configuration's failure point, with the grid's n_keys giving the range [min, max]."""
-
-    name: str = "grid"
-    multiples: list[float] = field(default_factory=lambda: [0.5, 1.0, 1.25])
-    start: int | None = None       # unbounded d_dot: first n_keys of the doubling (None: d_key)
-    min_keys: int | None = None    # None: the smallest n_keys of the configuration's grid
-    max_keys: int | None = None    # None: the largest n_keys of the configuration's grid
-    resolution: float | None = None  # None: max(2, 0.05 d_dot); unbounded: 5% of the bracket
-    threshold: float = 0.01        # tau of the analysis (conf/analyze.yaml)
-    max_rounds: int = 40
+from .config import SearchConf
 
 
 @dataclass(frozen=True)

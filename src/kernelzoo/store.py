@@ -3,14 +3,19 @@
 Layout: ``<results_dir>/<experiment>/runs/<run_id>/`` holding ``config.yaml`` (the resolved
 config), ``curve.csv`` (step, train_loss, eval_loss, eval_accuracy) and ``summary.json``.
 ``summary.json`` is written last, by atomic rename, so its presence means "this run is done";
-a directory without it is an interrupted run and is redone from scratch. Concurrent workers
-claim a run with an OS file lock (``.claim``), which the kernel releases when a worker dies.
-Everything is plain text (YAML, CSV, JSON): reading results never executes code.
+a directory without it is an interrupted run and is redone from scratch. A forced rerun of a
+finished run is trained beside it (``staging``) and swapped in whole when complete. Concurrent
+workers claim a run with an OS file lock (``.claim``), which the kernel releases when a worker
+dies. Everything is plain text (YAML, CSV, JSON): reading results never executes code.
+
+Every file is written and read through ``files.py``: whole, or reported as damaged.
 """
 
 from __future__ import annotations
 
 import csv
+import ctypes
+import errno
 import functools
 import hashlib
 import json
@@ -18,11 +23,13 @@ import math
 import os
 import platform
 import shutil
-import tempfile
 from pathlib import Path
 
 import yaml
 from filelock import FileLock, Timeout
+
+from .config import is_name
+from .files import StoreError, atomic_write_text, read_json, read_text
 
 STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
 CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
@@ -34,8 +41,19 @@ SUMMARY_KEYS = (
 )
 
 
-class StoreError(Exception):
-    """A store entry that cannot be read (corrupted or incomplete summary)."""
+NUMBER = "a number, null or \"inf\""
+SUMMARY_TYPES = {  # key: (test, what it must be)
+    **{k: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
+       for k in ("d_key", "n_keys", "seed", "steps")},
+    **{k: (lambda v: v is None or isinstance(v, int) and not isinstance(v, bool),
+           "an integer or null") for k in ("d_dot", "predicted_capacity", "seq_len")},
+    **{k: (lambda v: v is None or v in ("inf", "-inf") or isinstance(v, (int, float))
+           and not isinstance(v, bool), NUMBER)
+       for k in ("final_eval_loss", "best_eval_loss", "final_eval_accuracy", "wall_seconds")},
+    **{k: (lambda v: isinstance(v, str), "a string")
+       for k in ("run_id", "feature_map", "update_rule", "status")},
+    "feature_map_params": (lambda v: isinstance(v, dict), "an object"),
+}
 
 
 def _short(value) -> str:
@@ -87,22 +105,26 @@ def index_point(results_dir, experiment: str, overrides: list[str], rid: str) ->
 
 def point_summary(results_dir, experiment: str, overrides: list[str]) -> dict | None:
     """The summary of the finished run this exact point names under the current configs, or
-    None (not in the index, not finished, or unreadable: the point's own job reports that).
+    None (not in the index, not finished, or an unreadable summary: the point's own job
+    reports that). A damaged index entry raises StoreError naming it.
 
     Lets a rerun of a finished sweep skip its points in milliseconds instead of composing each
     config, and lets a search read its probes back; a point not in the index simply goes
-    through the normal path.
+    through the normal path (and its job rewrites the entry).
     """
     file = _point_file(results_dir, experiment, overrides)
     try:
-        return read_summary(run_dir(results_dir, experiment, file.read_text().strip()))
-    except (OSError, StoreError):
+        rid = read_text(file).strip()
+    except FileNotFoundError:
         return None
-
-
-def point_done(results_dir, experiment: str, overrides: list[str]) -> bool:
-    """True when this exact point, under the current configs, names a finished run."""
-    return point_summary(results_dir, experiment, overrides) is not None
+    except OSError as err:
+        raise StoreError(f"{file}: not a readable index entry ({err.strerror})") from None
+    if not is_name(rid):
+        raise StoreError(f"{file}: not an index entry (a run id is one path component)")
+    try:
+        return read_summary(run_dir(results_dir, experiment, rid))
+    except StoreError:
+        return None
 
 
 def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
@@ -120,13 +142,31 @@ def sweep_file(exp_dir: str | Path) -> Path:
 
 
 def read_sweep(exp_dir: str | Path) -> dict | None:
-    """The sweep record of ``exp_dir``, or None when there is none or it is unreadable."""
-    try:
-        history = json.loads(sweep_file(exp_dir).read_text())
-        float(history["wall_seconds"]), list(history["invocations"])
-        return history
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    """The sweep record of ``exp_dir``, or None when there is none; StoreError when damaged."""
+    file = sweep_file(exp_dir)
+    history = read_json(file)
+    problem = None if history is None else _sweep_problem(history)
+    if problem:
+        raise StoreError(f"{file}: not a sweep record ({problem})")
+    return history
+
+
+def _sweep_problem(history) -> str | None:
+    """What keeps ``history`` from being a sweep record with the fields the report reads."""
+    number = (int, float)
+    if not isinstance(history, dict) or not isinstance(history.get("invocations"), list):
+        return "no list of invocations"
+    if not isinstance(history.get("wall_seconds"), number):
+        return "no total wall_seconds"
+    for n, i in enumerate(history["invocations"], 1):
+        outcomes = i.get("outcomes", {}) if isinstance(i, dict) else None
+        search = i.get("search", {"rounds": 0}) if isinstance(i, dict) else None
+        if not (isinstance(i, dict) and isinstance(i.get("points"), int)
+                and isinstance(i.get("wall_seconds"), number)
+                and isinstance(outcomes, dict) and all(isinstance(v, int) for v in outcomes.values())
+                and isinstance(search, dict) and isinstance(search.get("rounds"), int)):
+            return f"invocation {n} lacks points, wall_seconds, outcomes or search rounds"
+    return None
 
 
 def search_file(exp_dir: str | Path) -> Path:
@@ -137,13 +177,23 @@ def search_file(exp_dir: str | Path) -> Path:
 
 
 def read_search(exp_dir: str | Path) -> dict | None:
-    """The search record of ``exp_dir``: {series key: series}, or None when there is none or it
-    is unreadable."""
-    try:
-        series = json.loads(search_file(exp_dir).read_text())["series"]
-        return {k: v for k, v in series.items() if isinstance(v.get("probes"), list)}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    """The search record of ``exp_dir``: {series key: series}, or None when there is none;
+    StoreError when damaged."""
+    file = search_file(exp_dir)
+    record = read_json(file)
+    if record is None:
         return None
+    try:
+        return {k: v for k, v in record["series"].items() if isinstance(v.get("probes"), list)}
+    except (KeyError, TypeError, AttributeError) as err:
+        raise StoreError(f"{file}: not a search record ({type(err).__name__}: {err})") from None
+
+
+def set_aside(file: Path, problem: StoreError) -> str:
+    """Rename a damaged record out of the way (never delete it); the warning to print."""
+    aside = file.with_name(file.name + ".damaged")
+    os.replace(file, aside)
+    return f"warning: {problem}; kept as {aside.name}, starting a new record"
 
 
 def trained_points(invocation: dict) -> int:
@@ -158,21 +208,6 @@ def cpu_model() -> str:
             return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine() or "unknown"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _json_safe(value):
@@ -193,10 +228,11 @@ def write_summary(path: Path, summary: dict) -> None:
 
 
 def read_summary(path: Path) -> dict:
-    """Read and check one ``summary.json``; raise StoreError naming the file if it is bad."""
+    """Read and check one ``summary.json`` (keys, types, status); raise StoreError naming the
+    file and what is wrong if it is bad."""
     file = path / "summary.json" if path.is_dir() else path
     try:
-        summary = json.loads(file.read_text())
+        summary = json.loads(read_text(file))
     except (OSError, json.JSONDecodeError) as err:
         raise StoreError(f"{file}: not a readable summary ({err})") from None
     if not isinstance(summary, dict):
@@ -204,6 +240,9 @@ def read_summary(path: Path) -> dict:
     missing = [k for k in SUMMARY_KEYS if k not in summary]
     if missing:
         raise StoreError(f"{file}: summary lacks {', '.join(missing)}")
+    for key, (ok, what) in SUMMARY_TYPES.items():
+        if not ok(summary[key]):
+            raise StoreError(f"{file}: {key} is {json.dumps(summary[key])[:40]}, not {what}")
     if summary["status"] not in STATUSES:
         raise StoreError(f"{file}: status {summary['status']!r} is not one of {', '.join(STATUSES)}")
     return summary
@@ -222,6 +261,7 @@ def read_config_value(path: Path, key: str):
 
 
 def is_done(path: Path) -> bool:
+    """True when the run at ``path`` has its summary (a regular file: a FIFO is no result)."""
     return (path / "summary.json").is_file()
 
 
@@ -273,3 +313,38 @@ def reset(path: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+def staging(path: Path) -> Path:
+    """An empty directory beside the finished run at ``path`` (hidden from readers), where a
+    forced rerun is trained; what an interrupted forced rerun left there is removed."""
+    new = path.parent / f".{path.name}.next"
+    shutil.rmtree(new, ignore_errors=True)
+    new.mkdir()
+    return new
+
+
+def swap_in(new: Path, path: Path) -> None:
+    """Put the complete run directory ``new`` in the place of ``path`` and remove the replaced
+    one. On Linux the two trade places in one step (renameat2 RENAME_EXCHANGE); where that is
+    not available, ``path`` is renamed aside first, so for an instant neither is in place (a
+    rerun then trains it again; nothing is lost)."""
+    try:
+        _exchange(new, path)
+    except OSError:
+        aside = path.parent / f".{path.name}.old"
+        os.replace(path, aside)
+        os.replace(new, path)
+        new = aside
+    shutil.rmtree(new)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two directory entries atomically (Linux renameat2 with RENAME_EXCHANGE)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE
+    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(a))

@@ -14,6 +14,8 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kernelzoo.files import atomic_write
+
 DISPLAY_FLOOR = 1e-8  # losses are clipped here so that a loss of 0 still shows on a log axis
 OUTCOME_MARKERS = {"fails_at": "o", "never_fails": "^", "fails_everywhere": "v"}
 OUTCOME_WORDS = {"fails_at": "fails at n* (bar: its bracket, or the interval over seeds)",
@@ -55,10 +57,12 @@ def is_search(runs: pd.DataFrame) -> bool:
 
 
 def save(fig: Figure, path: Path) -> Path:
-    """Write ``path`` (PNG) and the same figure as SVG beside it; returns the PNG's path."""
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    """Write ``path`` (PNG) and the same figure as SVG beside it, each atomically (the old
+    figure or the new, never a part); returns the PNG's path."""
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"))
     with matplotlib.rc_context(SVG_SETTINGS):
-        fig.savefig(path.with_suffix(".svg"), bbox_inches="tight", metadata={"Date": None})
+        atomic_write(path.with_suffix(".svg"), lambda f: fig.savefig(
+            f, format="svg", bbox_inches="tight", metadata={"Date": None}))
     return path
 
 

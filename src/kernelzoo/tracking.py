@@ -2,27 +2,45 @@
 
 Mode: ``WANDB_MODE`` when set; otherwise ``online`` when the user is logged in (an API key in
 ``WANDB_API_KEY`` or in ``~/.netrc`` for the wandb host), else ``offline``. Never hard-coded.
-Offline files go under ``<results_dir>/wandb`` and ``make sync`` uploads them. A run that
-cannot reach wandb (no network, bad login) warns once and goes on untracked: the local results
-store is the source of truth, wandb only a view of it.
+Offline files go under ``<results_dir>/wandb`` and ``make sync`` uploads them.
+
+Without network, online runs would each wait for wandb's timeout. So before going online a
+process checks that the server (or the proxy to it) answers a TCP connection within a few
+seconds; the first failure warns once and leaves a marker, ``<results_dir>/wandb/unreachable``,
+that sends every later run of the sweep (other workers included) and the analysis offline for
+``OFFLINE_FOR`` seconds. A sweep checks afresh when it starts (``check_server``). A run that
+still cannot start wandb warns and goes on untracked: the local results store is the source of
+truth, wandb only a view of it.
 """
 
 from __future__ import annotations
 
 import netrc
 import os
+import socket
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
+from . import files
+
 PROJECT = "kernelzoo"
+CONNECT_TIMEOUT = 3.0  # seconds for the server to answer
+OFFLINE_FOR = 30 * 60  # seconds a failure keeps this results directory's runs offline
+
+
+def server_url() -> str:
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
 
 
 def logged_in() -> bool:
     """True when an API key is available without asking the network."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    host = urlparse(server_url()).hostname
     path = os.environ.get("NETRC", str(Path.home() / ".netrc"))
     try:
         return netrc.netrc(path).authenticators(host) is not None
@@ -30,13 +48,81 @@ def logged_in() -> bool:
         return False
 
 
-def resolve_mode() -> tuple[str, str]:
-    """(mode, why): the wandb mode this process will use and the reason, for one log line."""
+def marker(results_dir: str | Path) -> Path:
+    return Path(results_dir) / "wandb" / "unreachable"
+
+
+def _unreachable_since(results_dir: str | Path) -> str | None:
+    """When a recent failure to reach the server was recorded for ``results_dir``, or None."""
+    try:
+        age = time.time() - marker(results_dir).stat().st_mtime
+    except OSError:
+        return None
+    return time.strftime("%H:%M", time.localtime(time.time() - age)) if age < OFFLINE_FOR else None
+
+
+def _chosen_mode() -> tuple[str, str]:
+    """(mode, why) as the environment and the login choose it."""
     if os.environ.get("WANDB_MODE"):
         return os.environ["WANDB_MODE"], "WANDB_MODE is set"
-    if logged_in():
-        return "online", "logged in to wandb"
-    return "offline", "not logged in to wandb (run `wandb login`, then `make sync`)"
+    if not logged_in():
+        return "offline", "not logged in to wandb (run `wandb login`, then `make sync`)"
+    return "online", "logged in to wandb"
+
+
+def resolve_mode(results_dir: str | Path | None = None) -> tuple[str, str]:
+    """(mode, why): the wandb mode this process will use and the reason, for one log line:
+    the chosen one, but offline while a recent failure to reach the server is recorded."""
+    mode, why = _chosen_mode()
+    since = _unreachable_since(results_dir) if results_dir is not None else None
+    if mode == "online" and since:
+        return "offline", (f"the wandb server was unreachable at {since}; `make sync` uploads "
+                           f"later, or remove {marker(results_dir)} to retry at once")
+    return mode, why
+
+
+def unreachable(url: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
+    """Why the server at ``url`` (through the proxy the environment names for it, if any)
+    does not accept a connection within ``timeout`` seconds, name lookup included; None if it
+    does."""
+    target = urlparse(url)
+    proxy = urllib.request.getproxies().get(target.scheme)
+    if proxy and not urllib.request.proxy_bypass(target.hostname or ""):
+        target = urlparse(proxy if "//" in proxy else f"http://{proxy}")
+    port = target.port or (443 if target.scheme == "https" else 80)
+    outcome: list[str | None] = []
+
+    def connect():
+        try:
+            socket.create_connection((target.hostname, port), timeout=timeout).close()
+            outcome.append(None)
+        except OSError as err:
+            outcome.append(err.strerror or str(err) or type(err).__name__)
+
+    worker = threading.Thread(target=connect, daemon=True)  # name lookup ignores timeouts
+    worker.start()
+    worker.join(timeout)
+    return outcome[0] if outcome else f"no answer in {timeout:g} s"
+
+
+def _go_offline(results_dir: str | Path, problem: str) -> None:
+    """Record the failure for the rest of the sweep, with the one warning it costs."""
+    files.atomic_write_text(marker(results_dir), f"{server_url()}: {problem}\n")
+    print(f"warning: wandb server {server_url()} unreachable ({problem}); this run and the "
+          f"rest of the sweep log offline to {Path(results_dir) / 'wandb'} for "
+          f"{OFFLINE_FOR // 60} min (`make sync` uploads them)", file=sys.stderr)
+
+
+def check_server(results_dir: str | Path) -> None:
+    """At the start of a sweep that would go online: reach the server once, afresh; on failure
+    warn once and send the sweep's runs offline, on success clear an old failure."""
+    if _chosen_mode()[0] != "online":
+        return
+    problem = unreachable(server_url())
+    if problem:
+        _go_offline(results_dir, problem)
+    else:
+        marker(results_dir).unlink(missing_ok=True)
 
 
 class Tracker:
@@ -75,10 +161,15 @@ def start(
     """Start a wandb run (or a disabled tracker) and say in one line where it goes."""
     if not enabled:
         return Tracker()
-    mode, why = resolve_mode()
+    mode, why = resolve_mode(results_dir)
     if mode == "disabled":
         echo(f"wandb: disabled ({why})")
         return Tracker()
+    if mode == "online":
+        problem = unreachable(server_url())
+        if problem:
+            _go_offline(results_dir, problem)
+            mode, why = resolve_mode(results_dir)
     wandb_dir = Path(results_dir).resolve()
     wandb_dir.mkdir(parents=True, exist_ok=True)
     try:

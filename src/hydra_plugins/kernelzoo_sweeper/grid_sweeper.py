@@ -9,12 +9,16 @@ overrides apply to every grid and win over it, e.g. ``seed=1,2,3`` or ``trainer=
 With ``search=bisect`` the same grids define configurations and their n_keys ranges, and the
 points are chosen round by round by the failure-point search (``search_rounds.py``) instead.
 
-After the launch it prints one line of totals and appends this invocation to
-``<results_dir>/<experiment>/sweep.json`` (points, outcomes, wall seconds).
+Before anything is written, every point not known finished is composed and checked
+(``points.py``): a bad value anywhere ends the sweep with one line. SIGTERM or SIGINT stops the
+workers and records the interruption (``kernelzoo.interrupt``). After the launch it prints one
+line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep.json``
+(points, outcomes, wall seconds, and ``interrupted`` with the signal when it was stopped).
 """
 
 import json
 import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,10 +27,12 @@ from filelock import FileLock
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from kernelzoo import progress
-from kernelzoo.store import atomic_write_text, cpu_model, experiment_dir, point_done, sweep_file
+from kernelzoo import config, files, interrupt, progress, store, tracking
+
+from .points import check_points, fail
 
 
 def machine() -> str:
@@ -34,7 +40,7 @@ def machine() -> str:
     import torch
 
     gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
+    return f"{store.cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
 
 
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
@@ -44,58 +50,80 @@ class GridSweeper(BasicSweeper):
     def __init__(self, max_batch_size=None, params=None, grids=None):
         super().__init__(max_batch_size=max_batch_size, params=params or {})
         self.grids = list(grids or [{}])
+        self.warned: set[str] = set()
 
-    def _points(self, arguments: list[str]) -> tuple[list[list[str]], list[list[str]]]:
-        """All points of the union of grids, and the first point of each grid."""
+    def _points(self, arguments: list[str]) -> list[list[str]]:
+        """All points of the union of grids, in order, each once."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        points, firsts, seen = [], [], set()
+        points, seen = [], set()
         for grid in self.grids:
             params = [f"{k}={v}" for k, v in {**self.params, **grid}.items()] + list(arguments)
-            grid_points = self.split_arguments(parser.parse_overrides(params), None)[0]
-            firsts.append(grid_points[0])
-            for point in grid_points:
+            for point in self.split_arguments(parser.parse_overrides(params), None)[0]:
                 if tuple(point) not in seen:
                     seen.add(tuple(point))
                     points.append(point)
-        return points, firsts
+        return points
 
-    def _finished(self, point: list[str]) -> bool:
-        """Known finished without composing its config: the store's index names a done run."""
-        if self.config.force or self.config.dry_run:
-            return False
-        return point_done(self.config.results_dir, self.config.experiment, point)
+    def indexed(self, point: list[str]) -> dict | None:
+        """The summary of the finished run the store's index names for ``point``, or None; a
+        damaged index entry is named once and the point goes through the normal path."""
+        try:
+            return store.point_summary(self.config.results_dir, self.config.experiment, point)
+        except store.StoreError as err:
+            if str(err) not in self.warned:
+                self.warned.add(str(err))
+                print(f"warning: {err}; the point is checked and run again", file=sys.stderr)
+            return None
 
     def sweep(self, arguments: list[str]):
         start = time.time()
-        points, firsts = self._points(arguments)
-        # a typo in a grid fails here, before anything trains; each point is checked again
-        # when it is composed for its job
-        self.validate_batch_is_legal(firsts)
+        try:
+            points = self._points(arguments)
+        except HydraException as err:
+            fail(config.describe(err, arguments))
+        search = self.config.search.name == "bisect"
+        known = not (search or self.config.force or self.config.dry_run)  # finished: skipped
+        todo = [p for p in points if not known or self.indexed(p) is None]
+        self.plans = check_points(self, todo)
+        try:
+            config.check_results_dir(self.config.results_dir)
+        except config.UsageError as err:
+            fail(str(err))
+        if self.config.logger.name == "wandb" and not self.config.dry_run:
+            tracking.check_server(self.config.results_dir)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        self.outcomes: Counter = Counter()
+        self.outcomes: Counter = Counter({"skipped": len(points) - len(todo)} if not search else {})
         self.first_job = 0
-        if self.config.search.name == "bisect":
-            from .search_rounds import SearchRounds
+        rounds = None
+        try:
+            if search:
+                from .search_rounds import SearchRounds
 
-            returns, record = SearchRounds(self).run(points)
-        else:
-            returns, record = self._grid(points), {"points": len(points)}
+                rounds = SearchRounds(self)
+                returns = rounds.run(points)
+            else:
+                print(f"sweep {self.config.experiment}: {len(points)} points, "
+                      f"{len(points) - len(todo)} already done")
+                returns = self.launch(todo)
+        except interrupt.Interrupted as stop:
+            interrupt.stop_workers()
+            record = rounds.record() if rounds else {"points": len(points)}
+            wall = time.time() - start
+            self._record({**record, "interrupted": stop.name}, start, wall)
+            raise interrupt.Interrupted(stop.signum, (
+                f"sweep {self.config.experiment} stopped by {stop.name} after "
+                f"{wall / 60:.1f} min ({self._totals() or 'nothing finished'}); its workers are "
+                "stopped, runs in flight have no summary and a rerun redoes them")) from None
         wall = time.time() - start
-        line = ", ".join(f"{k} {self.outcomes[k]}" for k in OUTCOMES if self.outcomes[k])
-        print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: {line or 'nothing'}")
-        if not self.config.dry_run:
-            self._record(record, start, wall)
+        print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "
+              f"{self._totals() or 'nothing'}")
+        self._record(rounds.record() if rounds else {"points": len(points)}, start, wall)
         return returns
 
-    def _grid(self, points: list[list[str]]) -> list:
-        """Launch every point not known to be finished, in batches of max_batch_size."""
-        todo = [p for p in points if not self._finished(p)]
-        self.outcomes["skipped"] += len(points) - len(todo)
-        print(f"sweep {self.config.experiment}: {len(points)} points, "
-              f"{len(points) - len(todo)} already done")
-        return self.launch(todo)
+    def _totals(self) -> str:
+        return ", ".join(f"{k} {self.outcomes[k]}" for k in OUTCOMES if self.outcomes[k])
 
     def launch(self, points: list[list[str]], label: str = "") -> list:
         """Run ``points`` through the launcher (batches of max_batch_size); count outcomes.
@@ -117,16 +145,26 @@ class GridSweeper(BasicSweeper):
         return returns
 
     def _record(self, record: dict, start, wall) -> None:
-        path = sweep_file(experiment_dir(self.config.results_dir, self.config.experiment))
-        with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
-            self._append(path, record, start, wall)
-
-    def _append(self, path, record: dict, start, wall) -> None:
-        history = json.loads(path.read_text()) if path.is_file() else {"invocations": []}
-        history["invocations"].append({
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
-            **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
-            "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
-            "machine": machine()})
-        history["wall_seconds"] = round(sum(i["wall_seconds"] for i in history["invocations"]), 1)
-        atomic_write_text(path, json.dumps(history, indent=2) + "\n")
+        """Append this invocation to sweep.json (a damaged one is kept aside, never lost)."""
+        if self.config.dry_run:
+            return
+        path = store.sweep_file(store.experiment_dir(self.config.results_dir,
+                                                     self.config.experiment))
+        try:
+            with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
+                try:
+                    history = store.read_sweep(path.parent) or {"invocations": []}
+                except store.StoreError as err:
+                    print(store.set_aside(path, err), file=sys.stderr)
+                    history = {"invocations": []}
+                history["invocations"].append({
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
+                    **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
+                    "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
+                    "machine": machine()})
+                history["wall_seconds"] = round(sum(i["wall_seconds"]
+                                                    for i in history["invocations"]), 1)
+                files.atomic_write_text(path, json.dumps(history, indent=2) + "\n")
+        except OSError as err:
+            print(f"error: {files.one_line(err)}", file=sys.stderr)
+            sys.exit(1)

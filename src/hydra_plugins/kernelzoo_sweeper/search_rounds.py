@@ -7,9 +7,11 @@ interrupted search replays them without training) and launches all the others to
 launcher batch, so rounds, not points, set the wall time. Each probe is an ordinary run of the
 experiment: resumable, skipped on rerun, visible in wandb.
 
-After every round it rewrites ``<results_dir>/<experiment>/search.json`` (atomic): per series
-its overrides, d_dot, range, resolution, the probes in order with round and reason, and the
-verdict. The analysis reads it to say which points were probed and why.
+Each series is planned from the check of its first grid point (``points.py``), so it is
+composed exactly as its jobs will be. After every round it rewrites
+``<results_dir>/<experiment>/search.json`` (atomic): per series its overrides, d_dot, range,
+resolution, the probes in order with round and reason, and the verdict. The analysis reads it
+to say which points were probed and why.
 """
 
 from __future__ import annotations
@@ -22,17 +24,13 @@ from collections import Counter
 from dataclasses import asdict
 
 from filelock import FileLock
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import OmegaConf
 
-from kernelzoo import store
-from kernelzoo.search import Probe, SearchConf, Verdict, failing, make_spec, next_probes
+from kernelzoo import files, store
+from kernelzoo.config import SearchConf
+from kernelzoo.search import Probe, Verdict, failing, make_spec, next_probes
 
-
-def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+from .points import fail
 
 
 class Series:
@@ -61,20 +59,12 @@ class Series:
 class SearchRounds:
     def __init__(self, sweeper):
         self.sweeper, self.config = sweeper, sweeper.config
-        try:
-            self.conf = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SearchConf),
-                                                            self.config.search))
-        except OmegaConfBaseException as err:
-            _fail(f"search: {str(err).splitlines()[0]}")
-        for key in ("min_keys", "max_keys", "start"):
-            value = getattr(self.conf, key)
-            if value is not None and value < 1:
-                _fail(f"search.{key}={value} must be an integer >= 1")
-        if self.conf.resolution is not None and not self.conf.resolution >= 1:
-            _fail(f"search.resolution={self.conf.resolution} must be >= 1 key")
-        if not self.conf.multiples or not all(m > 0 for m in self.conf.multiples):
-            _fail(f"search.multiples={self.conf.multiples} must be positive numbers")
+        # checked with every point of the sweep (kernelzoo.config.SearchConf)
+        self.conf = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SearchConf),
+                                                        self.config.search))
         self.exp_dir = store.experiment_dir(self.config.results_dir, self.config.experiment)
+        self.series: list[Series] = []
+        self.rounds = self.total = 0
 
     def _series(self, points: list[list[str]]) -> list[Series]:
         groups: dict[tuple, list[int]] = {}
@@ -86,34 +76,19 @@ class SearchRounds:
                     try:
                         keys.append(int(o.split("=", 1)[1]))
                     except ValueError:
-                        _fail(f"{o}: n_keys must be an integer in a search")
+                        fail(f"{o}: n_keys must be an integer in a search")
         return [Series(rest, sorted(set(keys))) for rest, keys in groups.items()]
 
     def _plan(self, series: Series) -> None:
-        """Resolve the series' d_dot by composing its config as its jobs will (kernelzoo.train)."""
-        from kernelzoo.feature_maps import InfeasibleError
-        from kernelzoo.train import UsageError, plan
-
+        """The series' d_dot and spec, from the check of its first grid point."""
         if not series.grid_keys and None in (self.conf.min_keys, self.conf.max_keys):
-            _fail(f"search=bisect needs a range of n_keys for {series.key or 'the sweep'}: give "
-                  "n_keys values in the grid (e.g. n_keys=20,600) or search.min_keys/max_keys")
+            fail(f"search=bisect needs a range of n_keys for {series.key or 'the sweep'}: give "
+                 "n_keys values in the grid (e.g. n_keys=20,600) or search.min_keys/max_keys")
         first = series.point(series.grid_keys[0]) if series.grid_keys else list(series.overrides)
-        try:
-            cfg = self.sweeper.hydra_context.config_loader.load_sweep_config(self.config, first)
-        except Exception as err:  # Hydra's composition errors: one line, before any training
-            _fail(f"{' '.join(first)}: {str(err).splitlines()[0]}")
-        hydra_config = HydraConfig.instance()
-        saved = hydra_config.cfg
-        hydra_config.set_config(cfg)  # as for a job: ${hydra:...} resolves against its config
-        try:
-            with open_dict(cfg):
-                del cfg["hydra"]
-            p = plan(cfg)
-        except (UsageError, InfeasibleError) as err:
-            print(f"infeasible: {series.key}: {err}")
-            return  # no spec: one probe records the point as infeasible, with its reason
-        finally:
-            hydra_config.cfg = saved
+        p = self.sweeper.plans[tuple(sorted(first))]
+        if isinstance(p, Exception):  # infeasible: no spec, one probe records it with why
+            print(f"infeasible: {series.key}: {p}")
+            return
         identity = {k: v for k, v in p["identity"].items() if k != "n_keys"}
         identity["task"] = {k: v for k, v in identity["task"].items()
                             if k not in ("seq_len", "eval_seq_len")}  # these follow n_keys
@@ -124,13 +99,18 @@ class SearchRounds:
         series.spec = make_spec(self.conf, d_dot, p["phi"].d_key, series.grid_keys
                                 or [self.conf.min_keys, self.conf.max_keys])
 
-    def run(self, points: list[list[str]]) -> tuple[list, dict]:
-        all_series = self._series(points)
+    def record(self) -> dict:
+        """What sweep.json records of this invocation: probes asked for, rounds trained."""
+        return {"points": self.total, "search": {"series": len(self.series),
+                                                 "rounds": self.rounds}}
+
+    def run(self, points: list[list[str]]) -> list:
+        self.series = all_series = self._series(points)
         for series in all_series:
             self._plan(series)
         print(f"sweep {self.config.experiment}: search=bisect over {len(all_series)} "
               "configurations x seeds")
-        returns, launched_rounds, total = [], 0, 0
+        returns = []
         for round_no in range(1, self.conf.max_rounds + 1):
             wanted = [(s, p) for s in all_series if s.verdict is None for p in self._next(s)]
             if not wanted:
@@ -138,11 +118,11 @@ class SearchRounds:
             for s, p in wanted:
                 s.probes.append({"n_keys": p.n_keys, "round": round_no, "why": p.why})
             todo = [(s, p) for s, p in wanted if not self._read(s, p.n_keys)]
-            total += len(wanted)
+            self.total += len(wanted)
             self.sweeper.outcomes["skipped"] += len(wanted) - len(todo)
             if not todo:
                 continue
-            launched_rounds += 1
+            self.rounds += 1
             print(f"round {round_no}: {'planning' if self.config.dry_run else 'launching'} "
                   f"{len(todo)} probes ({len(wanted) - len(todo)} read from the store)")
             todo.sort(key=lambda sp: -sp[1].n_keys)  # largest first: the slowest start first
@@ -162,9 +142,8 @@ class SearchRounds:
         self._write(all_series)
         verdicts = Counter(s.verdict["outcome"] for s in all_series)
         print(f"search: {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items()))}; "
-              f"{launched_rounds} round(s) launched, {total} probes")
-        return returns, {"points": total, "search": {"series": len(all_series),
-                                                     "rounds": launched_rounds}}
+              f"{self.rounds} round(s) launched, {self.total} probes")
+        return returns
 
     def _next(self, series: Series) -> list:
         if series.spec is None:  # infeasible: its one probe records why
@@ -181,8 +160,7 @@ class SearchRounds:
 
     def _read(self, series: Series, n_keys: int) -> bool:
         """Fold a finished probe into its series; False if the store has no result for it."""
-        summary = store.point_summary(self.config.results_dir, self.config.experiment,
-                                      series.point(n_keys))
+        summary = self.sweeper.indexed(series.point(n_keys))
         if summary is None:
             return False
         probe = next(p for p in series.probes if p["n_keys"] == n_keys)
@@ -205,9 +183,9 @@ class SearchRounds:
         path = store.search_file(self.exp_dir)
         with FileLock(str(path) + ".lock"):  # keep the series of another sweep on this store
             try:
-                record = json.loads(path.read_text())
-                record["series"].items()
-            except (OSError, ValueError, KeyError, AttributeError):
-                record = {"series": {}}
-            record["series"].update({s.key: s.record() for s in all_series})
-            store.atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+                series = store.read_search(self.exp_dir) or {}
+            except store.StoreError as err:
+                print(store.set_aside(path, err), file=sys.stderr)
+                series = {}
+            series.update({s.key: s.record() for s in all_series})
+            files.atomic_write_text(path, json.dumps({"series": series}, indent=1) + "\n")

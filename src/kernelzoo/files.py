@@ -1,0 +1,92 @@
+"""Every file of the suite is written whole and read safely.
+
+``atomic_write`` writes a file so that readers, and a kill -9 or a full disk at any moment, see
+the old file or the new, never a part, with the mode the umask gives; ``read_text`` reads only
+regular UTF-8 files, so a FIFO or a binary blob where a result should be is reported (as
+StoreError, naming the file and what is wrong), never waited on or decoded into nonsense.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+
+class StoreError(Exception):
+    """A store entry that cannot be read (damaged or incomplete); the message names the file."""
+
+
+def one_line(err: Exception) -> str:
+    """An error as one line; an OSError names its file and says what happened to it."""
+    if isinstance(err, OSError) and err.filename:
+        return f"{err.filename}: {err.strerror}"
+    return str(err)
+
+
+def umask() -> int:
+    """This process's umask, read without changing it where the OS shows it (Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            return int(next(line for line in f if line.startswith("Umask:")).split()[1], 8)
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write ``path`` through ``write(binary file)`` so that readers, and a kill -9 at any
+    moment, see the old file or the new, never a part: a temporary file beside it, its mode
+    set from the umask (mkstemp's 0600 would hide results from the group), flushed to disk,
+    then renamed over ``path``. A failure (a full disk) leaves the old file and raises OSError
+    naming ``path``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~umask())
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from None
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """``atomic_write`` of a text (UTF-8)."""
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def read_text(path: Path) -> str:
+    """The text of the regular file ``path``. OSError when it cannot be opened; StoreError
+    naming it when it is no regular file (a FIFO would block a reader forever) or not UTF-8."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise StoreError(f"{path}: not a regular file")
+        data = f.read()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as err:
+        raise StoreError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def read_json(file: Path):
+    """The JSON in ``file``, None when there is no such file; StoreError naming it when damaged."""
+    try:
+        return json.loads(read_text(file))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise StoreError(f"{file}: not readable JSON ({err})") from None

@@ -1,0 +1,92 @@
+"""SIGTERM and SIGINT to a sweep, through each launcher: the sweep stops its workers (no process
+of it survives), records the interruption in sweep.json, exits at once with one line and
+128 + the signal number, and leaves the runs in flight without a summary, so that a rerun
+completes them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, _group_alive, json_file, train
+
+from kernelzoo import interrupt, store
+
+SWEEP = ["--multirun", "experiment=sig", "trainer=smoke", "logger=none", "trainer.threads=1",
+         "d_key=4", "feature_map=elu", "n_keys=3,4", "trainer.max_steps=1500",
+         "trainer.patience=1000", "trainer.stop_loss=1e-12"]
+
+
+def in_flight(results: Path) -> list[Path]:
+    """Run directories of started runs without a summary."""
+    runs = results / "sig" / "runs"
+    return [p for p in runs.iterdir() if (p / "config.yaml").exists()
+            and not (p / "summary.json").exists()] if runs.is_dir() else []
+
+
+def interrupt_then_rerun(tmp_path, cli_env, background, launcher: list, sig: int,
+                         to_group: bool) -> None:
+    results = tmp_path / "results"
+    sweep = background([PYTHON, "-m", "kernelzoo.train", *SWEEP, f"results_dir={results}",
+                        *launcher], cli_env, "sweep")
+    assert sweep.wait_for(lambda b: in_flight(results), timeout=300, poll=0.05), \
+        sweep.stdout + sweep.stderr
+    workers, flying = interrupt.descendants(sweep.proc.pid), in_flight(results)
+    sent = time.monotonic()
+    if to_group:  # Ctrl-C in a terminal: the whole foreground group gets it
+        os.killpg(sweep.pgid, sig)
+    else:  # kill <pid>, a scheduler's stop: the sweep process alone
+        os.kill(sweep.proc.pid, sig)
+    code = sweep.wait(timeout=60)
+    seconds = time.monotonic() - sent
+    name = signal.Signals(sig).name
+    lines = [line for line in sweep.stderr.splitlines() if line.strip()]
+    assert code == 128 + sig, sweep.stderr
+    assert seconds < 20, f"{seconds:.1f} s from {name} to exit"
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted: sweep sig stopped by {name}"), \
+        sweep.stderr
+    end = time.monotonic() + 5
+    while time.monotonic() < end and (_group_alive(sweep.pgid)
+                                      or any(Path(f"/proc/{p}").exists() for p in workers)):
+        time.sleep(0.1)
+    assert not _group_alive(sweep.pgid), "a process of the sweep survived it"
+    assert not [p for p in workers if interrupt._alive(p)], "a worker survived the sweep"
+    last = json_file(results / "sig" / "sweep.json")["invocations"][-1]
+    assert last["interrupted"] == name
+    assert flying and not any((run / "summary.json").exists() for run in flying)
+
+    rerun = train([*SWEEP, f"results_dir={results}"], cli_env)
+    assert rerun.returncode == 0, rerun.explain()
+    for run in flying:
+        assert store.read_summary(run)["steps"] > 0
+    assert json_file(results / "sig" / "sweep.json")["invocations"][-1].get("interrupted") is None
+
+
+def test_sigterm_stops_a_basic_sweep(tmp_path, cli_env, background):
+    """The basic launcher trains in the sweep's own process: the run in flight unwinds."""
+    interrupt_then_rerun(tmp_path, cli_env, background, [], signal.SIGTERM, to_group=False)
+
+
+@pytest.mark.slow
+def test_sigint_stops_a_joblib_sweep(tmp_path, cli_env, background):
+    """launcher=local (joblib, loky processes), Ctrl-C to the whole process group. (Slow: ~25 s.)"""
+    interrupt_then_rerun(tmp_path, cli_env, background,
+                         ["launcher=local", "hydra.launcher.n_jobs=2"], signal.SIGINT,
+                         to_group=True)
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_sweep_alone_stops_its_joblib_workers(tmp_path, cli_env, background):
+    interrupt_then_rerun(tmp_path, cli_env, background,
+                         ["launcher=local", "hydra.launcher.n_jobs=2"], signal.SIGTERM,
+                         to_group=False)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_submitit_sweep(tmp_path, cli_env, background):
+    """launcher=submitit_local: submitit's tasks let SIGTERM pass, so they are killed. (~30 s.)"""
+    interrupt_then_rerun(tmp_path, cli_env, background, ["launcher=submitit_local"],
+                         signal.SIGTERM, to_group=False)

@@ -1,0 +1,141 @@
+"""wandb without network: the first failure to reach the server sends the rest of the sweep and
+the analysis offline with one warning (never a timeout per run), and ``make sync`` gives up
+after a bounded time with a clear message. Nothing here reaches the network: the server is a
+closed local port, the API key a fake."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, analyze, read_all, run_cmd, smoke_args, sweep
+
+from kernelzoo import tracking
+
+CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
+FAKE_KEY = "0123456789abcdef" * 2 + "01234567"
+
+
+@pytest.fixture
+def online(monkeypatch, tmp_path):
+    """Logged in (a fake key), WANDB_MODE unset, the server a closed local port."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", CLOSED)
+    for proxy in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    return tmp_path / "results"
+
+
+class FakeWandb:
+    """Stands in for wandb.init: records the mode each run asked for."""
+
+    def __init__(self, monkeypatch):
+        import wandb
+
+        self.modes = []
+        monkeypatch.setattr(wandb, "init", self.init)
+
+    def init(self, mode, **kwargs):
+        self.modes.append(mode)
+        return type("Run", (), {"dir": "somewhere", "url": None, "finish": lambda *a, **k: None})()
+
+
+def start(results):
+    return tracking.start(True, results, group="g", name="n", config={}, echo=lambda line: None)
+
+
+def test_an_unreachable_server_sends_this_run_and_the_rest_offline(online, monkeypatch, capsys):
+    fake = FakeWandb(monkeypatch)
+    began = time.monotonic()
+    start(online)
+    assert time.monotonic() - began < tracking.CONNECT_TIMEOUT + 1
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: wandb server {CLOSED} "
+                                                         "unreachable"), warnings
+    assert tracking.marker(online).is_file()
+
+    def no_probe(url, timeout=0):
+        raise AssertionError("the server was probed again")
+
+    monkeypatch.setattr(tracking, "unreachable", no_probe)
+    start(online)
+    start(online)
+    assert fake.modes == ["offline"] * 3 and not capsys.readouterr().err
+    assert tracking.resolve_mode(online)[0] == "offline"
+
+
+def test_the_offline_spell_ends(online, monkeypatch):
+    FakeWandb(monkeypatch)
+    start(online)
+    old = time.time() - tracking.OFFLINE_FOR - 1
+    os.utime(tracking.marker(online), (old, old))
+    assert tracking.resolve_mode(online)[0] == "online"
+
+
+def test_a_sweep_checks_afresh_and_a_reachable_server_clears_the_failure(online, monkeypatch,
+                                                                         capsys):
+    FakeWandb(monkeypatch)
+    start(online)
+    capsys.readouterr()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        tracking.check_server(online)
+    assert not tracking.marker(online).exists() and not capsys.readouterr().err
+    assert tracking.resolve_mode(online)[0] == "online"
+
+
+def test_a_proxy_is_what_is_probed(online, monkeypatch):
+    """Behind a proxy the server itself is not reachable directly: the proxy is probed."""
+    with socket.create_server(("127.0.0.1", 0)) as proxy:
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{proxy.getsockname()[1]}")
+        assert tracking.unreachable("http://wandb.example.invalid") is None
+    assert tracking.unreachable(CLOSED) is not None
+
+
+@pytest.mark.slow
+def test_sweep_and_analysis_without_network_cost_one_warning(tmp_path, cli_env):
+    """The smoke sweep with wandb online but the server a closed port, then its analysis:
+    bounded in time, one warning in all, every run trained and logged offline. (~40 s.)"""
+    env = {k: v for k, v in cli_env.items() if k != "WANDB_MODE"}
+    env.update(WANDB_API_KEY=FAKE_KEY, WANDB_BASE_URL=CLOSED)
+    results = tmp_path / "results"
+    began = time.monotonic()
+    res = sweep("smoke", smoke_args(results, "logger=wandb"), env, timeout=300)
+    assert res.returncode == 0, res.explain()
+    done = analyze(["experiment=smoke", f"results_dir={results}"], env, timeout=300)
+    assert done.returncode == 0, done.explain()
+    assert time.monotonic() - began < 150
+    warnings = [line for line in (res.stderr + done.stderr).splitlines() if "wandb" in line]
+    assert len(warnings) == 1 and "unreachable" in warnings[0], res.stderr + done.stderr
+    assert len(read_all(results, "smoke")) == 6
+    offline = list((results / "wandb").glob("offline-run-*"))
+    assert len(offline) == 5 + 1, offline  # the trained points and the analysis
+    assert len(re.findall(r"^wandb: offline \(the wandb server was unreachable", res.stdout,
+                          re.M)) == 5, res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("timeout") is None,
+                    reason="make or timeout is not installed")
+def test_make_sync_gives_up_in_bounded_time(tmp_path, cli_env):
+    env = {k: v for k, v in cli_env.items() if k != "WANDB_MODE"}
+    env.update(WANDB_API_KEY=FAKE_KEY, WANDB_BASE_URL=CLOSED)
+    results = tmp_path / "results"
+    make_run = run_cmd([PYTHON, "-c", "import wandb, sys; r = wandb.init(dir=sys.argv[1], "
+                        "mode='offline', project='p'); r.log({'a': 1}); r.finish()",
+                        str(results)], env, timeout=120)
+    assert make_run.returncode == 0, make_run.explain()
+    venv = Path(sys.executable).parents[1]
+    began = time.monotonic()
+    res = run_cmd(["make", "-s", "-o", f"{venv}/.installed", "sync", f"VENV={venv}",
+                   f"RESULTS={results}", "SYNC_TIMEOUT=5"], env, timeout=120)
+    assert time.monotonic() - began < 60
+    assert res.returncode != 0, res.explain()
+    assert "wandb sync gave up after 5 s" in res.stderr and str(results / "wandb") in res.stderr
