@@ -371,7 +371,7 @@ def analyze(cfg: DictConfig) -> None:
     capacity = published.capacity_columns(
         capacity_table(runs, seeds), points,
         lambda n, loss: loss_failure(n, loss, np.zeros(len(n), bool), cfg.threshold))
-    reference = experiment_dir(cfg.reference_dir, cfg.experiment)
+    reference = experiment_dir(cfg.get("reference_dir") or exp_dir.parent, cfg.experiment)
     capacity = published.reference_columns(
         capacity, None if reference.resolve() == exp_dir.resolve() else reference / "capacity.csv")
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))

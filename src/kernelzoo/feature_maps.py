@@ -109,8 +109,10 @@ class FeatureMap(nn.Module):
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
-        """Full constructor kwargs (including d_key) that give this map d_dot, or InfeasibleError."""
-        raise NotImplementedError
+        """Full constructor kwargs (including d_key) that give this map d_dot, or InfeasibleError
+        (this default: a map that does not say how its size follows from d_dot)."""
+        raise InfeasibleError(f"{cls.name} cannot be sized by d_dot={d_dot}: it defines no "
+                              "params_for_d_dot; give its parameters (and d_key) instead")
 
 
 # --------------------------------------------------------------------------- deterministic maps

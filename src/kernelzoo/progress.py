@@ -21,11 +21,15 @@ FILE = "progress.json"
 
 
 def start(sweep_dir: str | Path, total: int, label: str = "") -> None:
-    """Open a batch of ``total`` runs in ``sweep_dir`` (each launch of a sweep or a round)."""
+    """Open a batch of ``total`` runs in ``sweep_dir`` (each launch of a sweep or a round).
+    Progress is a convenience: if the file cannot be written (a full disk), jobs print none."""
     path = Path(sweep_dir) / FILE
-    with FileLock(str(path) + ".lock"):
-        atomic_write_text(path, json.dumps({"total": total, "done": 0, "label": label,
-                                            "started": time.time()}) + "\n")
+    try:
+        with FileLock(str(path) + ".lock"):
+            atomic_write_text(path, json.dumps({"total": total, "done": 0, "label": label,
+                                                "started": time.time()}) + "\n")
+    except OSError:
+        path.unlink(missing_ok=True)
 
 
 def finished(sweep_dir: str | Path) -> str | None:
