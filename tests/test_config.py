@@ -186,6 +186,17 @@ def test_a_typo_in_the_third_value_fails_the_sweep_up_front(tmp_path, cli_env):
     assert res.returncode == 2 and "threshold=2" in res.stderr and not results.exists()
 
 
+def test_hydra_sweep_syntax_still_works(tmp_path, cli_env):
+    """glob(...), choice(...), range(...) and a,b sweeps are composed and checked like any
+    point (a dry run: each point is planned, nothing trains)."""
+    res = run_cmd([PYTHON, "-m", "kernelzoo.train", "--multirun", f"results_dir={tmp_path}",
+                   *TINY[:-1], "feature_map=glob(e*)", "seed=choice(1,2)", "n_keys=range(3,5)",
+                   "memory=sum,delta", "dry_run=true"], cli_env)
+    assert res.returncode == 0, res.explain()
+    planned = [line for line in res.stdout.splitlines() if line.startswith("plan elu-dkey4-S")]
+    assert len(planned) == 8 and "Traceback" not in res.output, res.explain()
+
+
 # ------------------------------------------------------------------ every point, composed fast
 
 class FakeSweeper:
