@@ -8,6 +8,7 @@ rejected one writes nothing anywhere.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -113,10 +114,23 @@ def test_bad_value_is_one_line_exit_2_before_anything(capsys, tmp_path, override
         assert needle in line, line
 
 
+@pytest.mark.skipif(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 600 * 2**30,
+                    reason="n_keys=100000 (about 660 GiB) fits in this machine's memory")
 def test_a_run_that_cannot_fit_is_refused_with_the_estimate(capsys, tmp_path):
     line = rejected(capsys, tmp_path, "n_keys=100000")
     assert "n_keys=100000 needs about" in line and "GiB" in line and "valid: n_keys <=" in line
     assert "parameters, gradients and Adam state" in line
+
+
+def test_batches_that_cannot_fit_are_refused_with_the_estimate(capsys, tmp_path):
+    line = rejected(capsys, tmp_path, "trainer.batch_size=1000000000000")
+    assert "trainer.batch_size=1000000000000" in line and "GiB" in line and "shorter sequences" in line
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc here")
+def test_a_results_dir_that_cannot_be_created_is_refused(capsys, tmp_path):
+    line = rejected(capsys, tmp_path, "results_dir=/proc/kernelzoo-results")
+    assert "cannot write /proc/kernelzoo-results" in line
 
 
 def test_the_estimate_leaves_the_published_sweeps_alone():

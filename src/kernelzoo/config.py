@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -283,14 +282,19 @@ def _related(c: Config) -> None:
                          "valid: min_keys <= max_keys")
 
 
-def check_results_dir(results_dir: str) -> None:
-    """UsageError unless ``results_dir`` is a writable directory or could be created as one,
-    found out without creating anything."""
-    path = Path(results_dir)
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"results_dir={results_dir} cannot be written ({existing} is not a "
-                         "writable directory); valid: a writable directory")
+def writable(path: str | Path) -> None:
+    """Create the directory ``path`` (results_dir, a run's directory) if need be and prove that
+    it can be written; UsageError naming it otherwise. Called once every value is checked, so
+    that a rejected command line creates nothing."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"cannot write {path} ({err.strerror}); valid: a writable "
+                         "results_dir=...") from None
 
 
 def compose(config_name: str, overrides: list[str], multirun: bool = False) -> DictConfig:

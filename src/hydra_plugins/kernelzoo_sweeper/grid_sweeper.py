@@ -86,7 +86,7 @@ class GridSweeper(BasicSweeper):
         todo = [p for p in points if not known or self.indexed(p) is None]
         self.plans = check_points(self, todo)
         try:
-            config.check_results_dir(self.config.results_dir)
+            config.writable(self.config.results_dir)
         except config.UsageError as err:
             fail(str(err))
         if self.config.logger.name == "wandb" and not self.config.dry_run:
