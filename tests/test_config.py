@@ -9,6 +9,7 @@ rejected one writes nothing anywhere.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import pytest
@@ -49,8 +50,10 @@ def rejected(capsys, tmp_path, *overrides) -> str:
     (["experiment=''"], ["experiment=", EXPERIMENT_RULE]),
     (["experiment=null"], ["experiment=null", "not Optional"]),
     (["experiment=${oc.env:HOME}"], ["experiment=", EXPERIMENT_RULE]),
+    (["experiment=été"], ["experiment=été", "cannot be parsed"]),
+    (["experiment='été'"], ["experiment='été'", EXPERIMENT_RULE]),
 ], ids=["dotdot", "absolute", "two-components", "300-chars", "parent", "empty", "null",
-        "interpolated-path"])
+        "interpolated-path", "unicode", "unicode-quoted"])
 def test_experiment_is_one_safe_path_component(capsys, tmp_path, overrides, needles):
     line = rejected(capsys, tmp_path, *overrides)
     for needle in needles:
@@ -198,6 +201,21 @@ def test_a_typo_in_the_third_value_fails_the_sweep_up_front(tmp_path, cli_env):
     assert not results.exists()
     res = analyze([f"results_dir={results}", "experiment=smoke", "threshold=2"], cli_env)
     assert res.returncode == 2 and "threshold=2" in res.stderr and not results.exists()
+
+
+@pytest.mark.parametrize("launcher, needle", [
+    (["launcher=local", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0"),
+    pytest.param(["launcher=slurm"], "no srun", marks=pytest.mark.skipif(
+        shutil.which("srun") is not None, reason="this is a SLURM machine")),
+], ids=["joblib-n_jobs-0", "slurm-without-slurm"])
+def test_launcher_settings_that_would_fail_at_launch_fail_first(tmp_path, cli_env, launcher,
+                                                                  needle):
+    results = tmp_path / "results"
+    res = sweep("smoke", [f"results_dir={results}", *launcher], cli_env)
+    assert res.returncode == 2, res.explain()
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], res.explain()
+    assert not results.exists()
 
 
 def test_hydra_sweep_syntax_still_works(tmp_path, cli_env):

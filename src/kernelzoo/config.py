@@ -23,7 +23,7 @@ from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -207,6 +207,11 @@ def describe(err: Exception, overrides=(), schema=Config) -> str:
     if isinstance(err, MissingConfigException) and err.options is not None:
         group, _, choice = str(err.missing_cfg_file).rpartition("/")
         return f"{group}={choice} is unknown; valid: {', '.join(err.options)}"
+    if isinstance(err, OverrideParseException):
+        reason = next((line.strip() for line in str(err.message).splitlines() if line.strip()
+                       and not line.startswith(("Error parsing override", "See https"))), "")
+        return (f"{err.override} cannot be parsed ({reason}); valid: key=value in Hydra's "
+                "override grammar, unusual values quoted (key='...')")
     cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
     key = getattr(cause, "full_key", None)
     if not key:

@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from kernelzoo import config, files, interrupt, store, tracking
 
-from .points import check_points, fail
+from .points import check_launcher, check_points, fail
 
 
 def machine() -> str:
@@ -85,6 +85,7 @@ class GridSweeper(BasicSweeper):
         known = not (search or self.config.force or self.config.dry_run)  # finished: skipped
         todo = [p for p in points if not known or self.indexed(p) is None]
         self.plans = check_points(self, todo)
+        check_launcher(self.config)
         try:
             config.writable(self.config.results_dir)
         except config.UsageError as err:
