@@ -332,7 +332,11 @@ def _app(cfg: DictConfig) -> str | None:
               f"{HydraConfig.get().runtime.output_dir})", file=sys.stderr)
         return "failed"
     if in_sweep and not cfg.dry_run:
-        store.index_point(cfg.results_dir, cfg.experiment, HydraConfig.get().overrides.task, rid)
+        try:
+            store.index_point(cfg.results_dir, cfg.experiment, HydraConfig.get().overrides.task,
+                              rid)
+        except OSError as err:  # only a rerun's shortcut is lost: it composes the point again
+            print(f"warning: {files.one_line(err)}; the point is not indexed", file=sys.stderr)
     return summary["status"] if summary else None
 
 
