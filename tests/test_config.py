@@ -8,6 +8,8 @@ rejected one writes nothing anywhere.
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 
 import pytest
@@ -48,8 +50,10 @@ def rejected(capsys, tmp_path, *overrides) -> str:
     (["experiment=''"], ["experiment=", EXPERIMENT_RULE]),
     (["experiment=null"], ["experiment=null", "not Optional"]),
     (["experiment=${oc.env:HOME}"], ["experiment=", EXPERIMENT_RULE]),
+    (["experiment=été"], ["experiment=été", "cannot be parsed"]),
+    (["experiment='été'"], ["experiment='été'", EXPERIMENT_RULE]),
 ], ids=["dotdot", "absolute", "two-components", "300-chars", "parent", "empty", "null",
-        "interpolated-path"])
+        "interpolated-path", "unicode", "unicode-quoted"])
 def test_experiment_is_one_safe_path_component(capsys, tmp_path, overrides, needles):
     line = rejected(capsys, tmp_path, *overrides)
     for needle in needles:
@@ -113,10 +117,23 @@ def test_bad_value_is_one_line_exit_2_before_anything(capsys, tmp_path, override
         assert needle in line, line
 
 
+@pytest.mark.skipif(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 600 * 2**30,
+                    reason="n_keys=100000 (about 660 GiB) fits in this machine's memory")
 def test_a_run_that_cannot_fit_is_refused_with_the_estimate(capsys, tmp_path):
     line = rejected(capsys, tmp_path, "n_keys=100000")
     assert "n_keys=100000 needs about" in line and "GiB" in line and "valid: n_keys <=" in line
     assert "parameters, gradients and Adam state" in line
+
+
+def test_batches_that_cannot_fit_are_refused_with_the_estimate(capsys, tmp_path):
+    line = rejected(capsys, tmp_path, "trainer.batch_size=1000000000000")
+    assert "trainer.batch_size=1000000000000" in line and "GiB" in line and "shorter sequences" in line
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc here")
+def test_a_results_dir_that_cannot_be_created_is_refused(capsys, tmp_path):
+    line = rejected(capsys, tmp_path, "results_dir=/proc/kernelzoo-results")
+    assert "cannot write /proc/kernelzoo-results" in line
 
 
 def test_the_estimate_leaves_the_published_sweeps_alone():
@@ -184,6 +201,21 @@ def test_a_typo_in_the_third_value_fails_the_sweep_up_front(tmp_path, cli_env):
     assert not results.exists()
     res = analyze([f"results_dir={results}", "experiment=smoke", "threshold=2"], cli_env)
     assert res.returncode == 2 and "threshold=2" in res.stderr and not results.exists()
+
+
+@pytest.mark.parametrize("launcher, needle", [
+    (["launcher=local", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0"),
+    pytest.param(["launcher=slurm"], "no srun", marks=pytest.mark.skipif(
+        shutil.which("srun") is not None, reason="this is a SLURM machine")),
+], ids=["joblib-n_jobs-0", "slurm-without-slurm"])
+def test_launcher_settings_that_would_fail_at_launch_fail_first(tmp_path, cli_env, launcher,
+                                                                  needle):
+    results = tmp_path / "results"
+    res = sweep("smoke", [f"results_dir={results}", *launcher], cli_env)
+    assert res.returncode == 2, res.explain()
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], res.explain()
+    assert not results.exists()
 
 
 def test_hydra_sweep_syntax_still_works(tmp_path, cli_env):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -209,6 +208,11 @@ def describe(err: Exception, overrides=(), schema=Config) -> str:
     if isinstance(err, MissingConfigException) and err.options is not None:
         group, _, choice = str(err.missing_cfg_file).rpartition("/")
         return f"{group}={choice} is unknown; valid: {', '.join(err.options)}"
+    if isinstance(err, OverrideParseException):
+        reason = next((line.strip() for line in str(err.message).splitlines() if line.strip()
+                       and not line.startswith(("Error parsing override", "See https"))), "")
+        return (f"{err.override} cannot be parsed ({reason}); valid: key=value in Hydra's "
+                "override grammar, unusual values quoted (key='...')")
     cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
     key = getattr(cause, "full_key", None)
     if not key:
@@ -284,14 +288,19 @@ def _related(c: Config) -> None:
                          "valid: min_keys <= max_keys")
 
 
-def check_results_dir(results_dir: str) -> None:
-    """UsageError unless ``results_dir`` is a writable directory or could be created as one,
-    found out without creating anything."""
-    path = Path(results_dir)
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"results_dir={results_dir} cannot be written ({existing} is not a "
-                         "writable directory); valid: a writable directory")
+def writable(path: str | Path) -> None:
+    """Create the directory ``path`` (results_dir, a run's directory) if need be and prove that
+    it can be written; UsageError naming it otherwise. Called once every value is checked, so
+    that a rejected command line creates nothing."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"cannot write {path} ({err.strerror}); valid: a writable "
+                         "results_dir=...") from None
 
 
 def compose(config_name: str, overrides: list[str], multirun: bool = False) -> DictConfig:

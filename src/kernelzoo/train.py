@@ -82,25 +82,33 @@ def check_memory(c: config.Config, phi, device, seq_len: int, eval_seq_len: int)
     """Refuse a run whose estimated peak memory (``model.footprint``) exceeds the device's."""
     tr = c.trainer
 
-    def need(n_keys: int) -> dict:
-        scale = n_keys / c.n_keys  # sequence lengths follow n_keys unless they were set
-        return footprint(n_keys, phi.d_key, phi.d_dot, c.memory.update_rule, tr.batch_size,
-                         max(1, round(seq_len * scale)), tr.eval_sequences,
-                         min(n_keys, tr.eval_max_queries), max(1, round(eval_seq_len * scale)),
-                         torch.finfo(getattr(torch, tr.dtype)).bits // 8)
+    def need(n_keys: int) -> int:
+        def follow(length, given):  # a sequence length set explicitly does not follow n_keys
+            return given or max(1, round(length * n_keys / c.n_keys))
+
+        parts = footprint(n_keys, phi.d_key, phi.d_dot, c.memory.update_rule, tr.batch_size,
+                          follow(seq_len, c.task.seq_len), tr.eval_sequences,
+                          min(n_keys, tr.eval_max_queries),
+                          follow(eval_seq_len, c.task.eval_seq_len),
+                          torch.finfo(getattr(torch, tr.dtype)).bits // 8)
+        return parts if n_keys == c.n_keys else sum(parts.values())
 
     have, parts = device_memory(device), need(c.n_keys)
     if sum(parts.values()) <= have:
         return
+    estimate = (f"needs about {sum(parts.values()) / GIB:,.1f} GiB (estimate: parameters, "
+                f"gradients and Adam state {parts['parameters'] / GIB:,.1f} GiB, activations "
+                f"{parts['activations'] / GIB:,.1f} GiB), more than the {have / GIB:,.1f} GiB "
+                f"of {device}")
+    if need(1) > have:
+        raise UsageError(f"trainer.batch_size={tr.batch_size} with sequences of {seq_len} "
+                         f"(evaluation: {tr.eval_sequences} of {eval_seq_len}) {estimate}; "
+                         "valid: fewer or shorter sequences")
     low, high = 1, c.n_keys  # the most keys that fit: the estimate grows with n_keys
     while low < high:
         mid = (low + high + 1) // 2
-        low, high = (mid, high) if sum(need(mid).values()) <= have else (low, mid - 1)
-    raise UsageError(
-        f"n_keys={c.n_keys} needs about {sum(parts.values()) / GIB:,.1f} GiB (estimate: "
-        f"parameters, gradients and Adam state {parts['parameters'] / GIB:,.1f} GiB, "
-        f"activations {parts['activations'] / GIB:,.1f} GiB), more than the "
-        f"{have / GIB:,.1f} GiB of {device}; valid: n_keys <= {low} here")
+        low, high = (mid, high) if need(mid) <= have else (low, mid - 1)
+    raise UsageError(f"n_keys={c.n_keys} {estimate}; valid: n_keys <= {low} here")
 
 
 def plan(cfg: DictConfig) -> dict:
@@ -190,7 +198,7 @@ def run(cfg: DictConfig, echo=print) -> tuple[str, dict | None]:
         echo(f"plan {rid}: d_dot {identity['d_dot']}, "
              f"{'done' if store.is_done(path) else 'to train'}")
         return rid, None
-    writable(path)
+    config.writable(path)
     if store.is_done(path) and not cfg.force:
         try:
             summary = store.read_summary(path)
@@ -258,7 +266,7 @@ def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
     if cfg.dry_run:
         echo(f"infeasible {rid}: {reason}")
         return rid, None
-    writable(path)
+    config.writable(path)
     if store.is_done(path) and not cfg.force:
         echo(f"skip {rid}: already recorded infeasible")
         return rid, None
@@ -271,22 +279,11 @@ def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
     return rid, summary
 
 
-def writable(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.touch()
-        probe.unlink()
-    except OSError as err:
-        raise UsageError(f"results_dir: cannot write {path} ({err.strerror}); "
-                         "choose a writable results_dir=...") from None
-
-
 def precheck(argv: list[str]) -> None:
     """Compose and check the command line's config as Hydra will, before Hydra creates any
     directory; a bad value exits 2 with one line. A single run is planned too (device, feature
-    map, memory estimate, a results_dir that can be created); a sweep's points are each
-    checked by the sweeper. Hydra's own requests (--help, --cfg, --info, another config
+    map, memory estimate), then its results_dir is created and proved writable; a sweep's
+    points are each checked by the sweeper. Hydra's own requests (--help, --cfg, --info, another config
     directory) are left to Hydra."""
     args = get_args_parser().parse_args(argv)
     if any((args.help, args.hydra_help, args.cfg, args.info, args.shell_completion,
@@ -300,7 +297,7 @@ def precheck(argv: list[str]) -> None:
                     plan(job)
                 except InfeasibleError:
                     pass  # the run records it, with its reason
-                config.check_results_dir(job.results_dir)
+                config.writable(job.results_dir)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -337,7 +334,11 @@ def _app(cfg: DictConfig) -> str | None:
               f"{HydraConfig.get().runtime.output_dir})", file=sys.stderr)
         return "failed"
     if in_sweep and not cfg.dry_run:
-        store.index_point(cfg.results_dir, cfg.experiment, HydraConfig.get().overrides.task, rid)
+        try:
+            store.index_point(cfg.results_dir, cfg.experiment, HydraConfig.get().overrides.task,
+                              rid)
+        except OSError as err:  # only a rerun's shortcut is lost: it composes the point again
+            print(f"warning: {files.one_line(err)}; the point is not indexed", file=sys.stderr)
         line = progress.finished(HydraConfig.get().sweep.dir)
         if line:
             print(line)

@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from kernelzoo import config, files, interrupt, progress, store, tracking
 
-from .points import check_points, fail
+from .points import check_launcher, check_points, fail
 
 
 def machine() -> str:
@@ -85,8 +85,9 @@ class GridSweeper(BasicSweeper):
         known = not (search or self.config.force or self.config.dry_run)  # finished: skipped
         todo = [p for p in points if not known or self.indexed(p) is None]
         self.plans = check_points(self, todo)
+        check_launcher(self.config)
         try:
-            config.check_results_dir(self.config.results_dir)
+            config.writable(self.config.results_dir)
         except config.UsageError as err:
             fail(str(err))
         if self.config.logger.name == "wandb" and not self.config.dry_run:

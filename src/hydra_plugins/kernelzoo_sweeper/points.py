@@ -1,4 +1,4 @@
-"""Every point of a sweep composed and checked before the first one trains.
+"""Every point of a sweep composed and checked before the first one trains, and the launcher.
 
 ``check_points`` composes each point's config as its job will see it and plans it as a single
 run is planned (``kernelzoo.train.plan``: the schema, the device, the feature map, the memory
@@ -15,6 +15,7 @@ compositions.
 from __future__ import annotations
 
 import copy
+import shutil
 import sys
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -69,6 +70,24 @@ class Composer:
 
     def close(self) -> None:
         HydraConfig.instance().cfg = self.saved
+
+
+def check_launcher(cfg: DictConfig) -> None:
+    """The launcher settings that would fail only at launch, once directories exist: joblib's
+    n_jobs, a SLURM launcher where there is no SLURM."""
+    launcher = cfg.hydra.launcher
+    name = launcher._target_.rsplit(".", 1)[-1]
+    if name == "JoblibLauncher":
+        from joblib import effective_n_jobs
+
+        try:
+            effective_n_jobs(launcher.n_jobs)
+        except (TypeError, ValueError) as err:
+            fail(f"hydra.launcher.n_jobs={launcher.n_jobs} is invalid ({err}); valid: -1 (a "
+                 "worker per core) or an integer >= 1")
+    if name == "SlurmLauncher" and shutil.which("srun") is None:
+        fail("launcher=slurm but there is no srun here (not a SLURM cluster); valid: "
+             "launcher=basic, local or submitit_local")
 
 
 def check_points(sweeper, points: list[list[str]]) -> dict[tuple, dict | Exception]:
