@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-time check of kernelzoo on one CUDA GPU, in under 10 minutes, as one command:
 #
-#     bash scripts/gpu_check.sh [OUT_DIR]        # OUT_DIR defaults to $OUT, else results/gpu_check
+#     bash scripts/gpu_check.sh [OUT_DIR]        # OUT_DIR defaults to $OUT, else results/local/gpu_check
 #
 # 1. finds a Python whose torch sees a GPU ($PYTHON, .venv/bin/python, python3; else it tries to
 #    create .venv-gpu with `pip install torch` and the project, which needs network access);
@@ -19,7 +19,7 @@
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
-OUT_DIR=${1:-${OUT:-results/gpu_check}}
+OUT_DIR=${1:-${OUT:-results/local/gpu_check}}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 LOG=$OUT_DIR/gpu_check.log

@@ -131,11 +131,12 @@ def test_kill_two_workers_once_then_resume(tmp_path, cli_env, background):
 def test_kill_two_workers_at_random_moments(tmp_path, cli_env, background):
     """SIGKILL a 2-worker sweep 5 times at seeded random moments, resuming each time.
 
-    Twice the smoke points (seeds 1, 2) with 1500-step runs, so the work outlasts the kills.
+    Twice the smoke points (seeds 1, 2) with 20000-step runs (seconds each), so the work
+    outlasts the kills even on an idle machine.
     """
     rng = random.Random(20240607)
     results = tmp_path / "results"
-    extra = [*LOCAL2, "seed=1,2", "trainer.max_steps=1500", "trainer.patience=1000"]
+    extra = [*LOCAL2, "seed=1,2", "trainer.max_steps=20000", "trainer.patience=1000"]
     args = [PYTHON, "-m", "kernelzoo.sweep", "smoke", *smoke_args(results, *extra)]
     outputs, mid_run = [], 0
     for attempt in range(5):

@@ -16,7 +16,7 @@ from conftest import PYTHON, _group_alive, json_file, train
 from kernelzoo import interrupt, store
 
 SWEEP = ["--multirun", "experiment=sig", "trainer=smoke", "logger=none", "trainer.threads=1",
-         "d_key=4", "feature_map=elu", "n_keys=3,4", "trainer.max_steps=1500",
+         "d_key=4", "feature_map=elu", "n_keys=3,4", "trainer.max_steps=20000",
          "trainer.patience=1000", "trainer.stop_loss=1e-12"]
 
 
