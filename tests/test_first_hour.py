@@ -17,19 +17,27 @@ EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 def test_a_sweep_reports_progress_per_job_without_a_terminal(smoke_results):
     """The session's smoke sweep ran with its output piped (no TTY): one progress line per job,
     k/N with elapsed and ETA."""
-    lines = re.findall(r"^progress: (\d+)/(\d+) jobs, elapsed [\d.]+ (?:s|min), ETA [\d.]+ "
+    lines = re.findall(r"^progress: (\d+)/(\d+) runs, elapsed [\d.]+ (?:s|min), ETA [\d.]+ "
                        r"(?:s|min)$", smoke_results.result.stdout, re.M)
     assert [int(k) for k, _ in lines] == list(range(1, 7)) and {n for _, n in lines} == {"6"}
 
 
 def test_each_run_logs_its_evaluations_to_its_log_file(smoke_results):
+    """One log per job: the 6 points are 4 jobs (elu 3 and 6 keys are a pack, so are dpfp's);
+    a pack's log names the run of each line."""
     logs = list((smoke_results.results / "smoke" / "hydra").rglob("train.log"))
-    assert len(logs) == 6
+    assert len(logs) == 4
     trained = [log.read_text() for log in logs if "step " in log.read_text()]
-    assert len(trained) == 5  # the infeasible point trains nothing
+    assert len(trained) == 3  # the infeasible point trains nothing
+    runs = [rid.name for rid in (smoke_results.results / "smoke" / "runs").iterdir()]
     for text in trained:
         assert re.search(r"step \d+: train loss \S+, eval loss \S+, eval accuracy \S+", text)
         assert "thread(s) of" in text and "done " in text
+    packed = [text for text in trained if "a pack of 2" in text]
+    assert len(packed) == 2
+    for text in packed:
+        named = {rid for rid in runs if re.search(rf"{rid}: step \d+: train loss", text)}
+        assert len(named) == 2
     assert len({log.parents[1] for log in logs}) == 1  # one directory per sweep
 
 

@@ -113,6 +113,9 @@ class TrainerConf:
     dtype: str = one_of("float32", "float32", "float64")
     threads: int = count(1)  # torch and BLAS threads per run: runs are small, workers give parallelism
     progress: str = rule("auto", "auto, true, false", lambda v: v.lower() in ("auto", "true", "false"))
+    pack: str = rule("auto", "auto or an integer >= 1 (most runs trained together, pack.py)",
+                     lambda v: v == "auto" or (v.isdigit() and int(v) >= 1))
+    compile: str = rule("auto", "auto, true, false", lambda v: v.lower() in ("auto", "true", "false"))
 
 
 @dataclass
@@ -158,6 +161,8 @@ class Config:
     experiment: str = name("adhoc")
     force: bool = False
     dry_run: bool = False
+    pack_members: list[list[int]] = field(default_factory=list)  # set by the sweeper: the
+    # [n_keys, seed] of the runs trained in this job beside this point (pack.py)
 
 
 @dataclass

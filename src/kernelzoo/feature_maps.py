@@ -506,6 +506,12 @@ class _RandomFeatures(FeatureMap):
             new = torch.randn(self.m, self.d_key, generator=generator, device=device, dtype=work)
         self.projection = new.to(dtype)  # rebind, not copy_: graphs built earlier keep their Omega
 
+    def use_generator(self, generator: torch.Generator) -> None:
+        """Draw later projections from ``generator`` (a run's own stream, so that a run draws
+        the same projections alone and in a pack), unless the map has its own ``seed``."""
+        if self.seed is None:
+            self._generators[str(self.projection.device)] = generator
+
     def maybe_redraw(self):
         if self.redraw == "every_call":
             self._draw()

@@ -55,10 +55,17 @@ def _normalise(phi_k, phi_q, update_rule, normalisation, eps, key_eps):
     return phi_k, phi_q
 
 
-def _finish(y, phi_k, q, update_rule, normalisation, eps):
-    """Output head: attention denominator z . phi(q) + eps, or the fwm LayerNorm."""
+def _finish(y, phi_k, q, update_rule, normalisation, eps, value_mask=None):
+    """Output head: attention denominator z . phi(q) + eps, or the fwm LayerNorm (over the
+    real value slots only when ``value_mask`` (B, d_v) marks them; the others give 0)."""
     if update_rule == "fwm":
-        return F.layer_norm(y, y.shape[-1:], eps=FWM_LAYER_NORM_EPS)
+        if value_mask is None:
+            return F.layer_norm(y, y.shape[-1:], eps=FWM_LAYER_NORM_EPS)
+        m = value_mask.unsqueeze(1).to(y.dtype)
+        n = m.sum(-1, keepdim=True)
+        mean = (y * m).sum(-1, keepdim=True) / n
+        var = ((y - mean).square() * m).sum(-1, keepdim=True) / n
+        return (y - mean) * torch.rsqrt(var + FWM_LAYER_NORM_EPS) * m
     if normalisation == "attention":
         z = phi_k.sum(1)  # (B, D), z = sum_l phi(k_l)
         return y / ((q @ z.unsqueeze(-1)) + eps)
@@ -152,12 +159,14 @@ def _delta_direct_is_cheaper(L, Q, D, d_v, chunk_size):
 
 
 def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=None,
-         eps=1e-6, key_eps=0.0, chunk_size=64):
+         eps=1e-6, key_eps=0.0, chunk_size=64, mask=None, value_mask=None):
     """Write all L pairs, then read the Q queries: y (B, Q, d_v). Production path.
 
     phi_k (B, L, D), v (B, L, d_v), phi_q (B, Q, D); beta (B, L) in (0, 1), required for
     "delta" and "fwm", ignored for "sum". key_eps only matters for normalisation "sum".
-    Works in the input dtype and device and is differentiable in every input.
+    Works in the input dtype and device and is differentiable in every input. ``mask`` (B, L)
+    marks real pairs and ``value_mask`` (B, d_v) real value slots (a pack's padding,
+    ``pack.py``): a padded pair writes nothing, and padded slots read 0.
 
     - "sum": y = phi(Q) W^T with W = V^T phi(K) (§2.1), contracted in the cheaper order:
       scores phi(K) phi(Q)^T then scores^T V costs L Q (D + d_v); materialising W costs
@@ -172,6 +181,10 @@ def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=
     """
     _validate(update_rule, normalisation, beta)
     k, q = _normalise(phi_k, phi_q, update_rule, normalisation, eps, key_eps)
+    if mask is not None:  # after the normalisation: a padded key is a real one, never 0 / 0
+        m = mask.unsqueeze(-1).to(k.dtype)
+        phi_k, k = phi_k * m, k * m
+        beta = None if beta is None else beta * mask
     B, L, D = k.shape
     Q, d_v = q.shape[1], v.shape[-1]
     if update_rule == "sum" and L * Q * (D + d_v) <= D * d_v * (L + Q):
@@ -186,7 +199,7 @@ def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=
         else:
             W = _recurrent_state(k, v, beta, update_rule)
         y = q @ W.transpose(1, 2)
-    return _finish(y, phi_k, q, update_rule, normalisation, eps)
+    return _finish(y, phi_k, q, update_rule, normalisation, eps, value_mask)
 
 
 def read_reference(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=None,

@@ -73,28 +73,58 @@ class RetrievalModel(nn.Module):
     def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor):
         """Outputs y (B, Q, S) for query keys (B, Q) after the sequence (keys, values) (B, L)."""
         k, q, beta = self.keys_and_query(keys, values, query)
-        if self.softmax:
-            scores = torch.softmax(batched_dot(q, k) / math.sqrt(self.d_key), dim=-1)
-            return self._scatter(scores, values)
-        self.phi.maybe_redraw()  # one projection shared by keys and query in this pass
-        if self.update_rule != "sum":
-            fk, fq = self.phi(k), self.phi(q, is_query=True)
-            v = F.one_hot(values, self.n_keys).to(fk.dtype)
-            return memory.read(fk, v, fq, update_rule=self.update_rule,
-                               normalisation=self.normalisation, beta=beta, eps=self.eps,
-                               key_eps=self.key_eps, chunk_size=self.chunk_size)
-        scores = self.phi.scores(k, q, normalise=self.normalisation == "sum", eps=self.eps,
-                                 key_eps=self.key_eps)  # (B, Q, L): φ(q)·φ(k_l)
-        y = self._scatter(scores, values)
-        if self.normalisation == "attention":
-            y = y / (scores.sum(dim=-1, keepdim=True) + self.eps)
-        return y
+        if not self.softmax:
+            self.phi.maybe_redraw()  # one projection shared by keys and query in this pass
+        return read_out([self.phi], k, q, beta, values, self.n_keys, self.update_rule,
+                        self.normalisation, self.eps, self.key_eps, self.chunk_size)
 
-    def _scatter(self, scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Σ_l scores[:, :, l] · onehot(value_l) for scores (B, Q, L): a scatter-add into (B, Q, S)."""
-        B, Q, L = scores.shape
-        index = values.unsqueeze(1).expand(B, Q, L)
-        return scores.new_zeros(B, Q, self.n_keys).scatter_add_(2, index, scores)
+
+def read_out(phis: list[FeatureMap], k, q, beta, values, n_values: int, update_rule: str,
+             normalisation: str, eps: float, key_eps: float, chunk_size: int,
+             mask: torch.Tensor | None = None, value_mask: torch.Tensor | None = None):
+    """The read-out after the projections: y (B, Q, n_values) from k (B, L, d_key), q (B, Q,
+    d_key), beta (B, L) or None and the values (B, L).
+
+    ``phis`` is one map for the whole batch, or one per equal slice of it (the runs of a pack,
+    ``pack.py``, when their maps hold parameters or a projection). ``mask`` (B, L) marks real
+    positions and ``value_mask`` (B, n_values) real value slots when a pack pads shorter runs:
+    padding then writes nothing, is read by nothing, and its outputs are 0."""
+    phi = phis[0]
+    if phi.is_softmax:
+        logits = batched_dot(q, k) / math.sqrt(k.shape[-1])
+        if mask is not None:
+            logits = logits.masked_fill(~mask.unsqueeze(1), -math.inf)
+        return _scatter(torch.softmax(logits, dim=-1), values, n_values)
+    if update_rule != "sum":
+        fk = _each(phis, lambda f, x: f(x), k)
+        fq = _each(phis, lambda f, x: f(x, is_query=True), q)
+        v = F.one_hot(values, n_values).to(fk.dtype)
+        return memory.read(fk, v, fq, update_rule=update_rule, normalisation=normalisation,
+                           beta=beta, eps=eps, key_eps=key_eps, chunk_size=chunk_size,
+                           mask=mask, value_mask=value_mask)
+    scores = _each(phis, lambda f, k_, q_: f.scores(k_, q_, normalise=normalisation == "sum",
+                                                     eps=eps, key_eps=key_eps), k, q)  # (B, Q, L)
+    if mask is not None:
+        scores = scores * mask.unsqueeze(1).to(scores.dtype)
+    y = _scatter(scores, values, n_values)
+    if normalisation == "attention":
+        y = y / (scores.sum(dim=-1, keepdim=True) + eps)
+    return y
+
+
+def _each(phis: list[FeatureMap], fn, *tensors: torch.Tensor) -> torch.Tensor:
+    """fn(phi, *tensors) for one map, or each map on its own equal slice of the batch."""
+    if len(phis) == 1:
+        return fn(phis[0], *tensors)
+    parts = zip(*(t.chunk(len(phis)) for t in tensors))
+    return torch.cat([fn(phi, *part) for phi, part in zip(phis, parts)])
+
+
+def _scatter(scores: torch.Tensor, values: torch.Tensor, n_values: int) -> torch.Tensor:
+    """Σ_l scores[:, :, l] · onehot(value_l): a scatter-add of scores (B, Q, L) into (B, Q, n_values)."""
+    B, Q, L = scores.shape
+    index = values.unsqueeze(1).expand(B, Q, L)
+    return scores.new_zeros(B, Q, n_values).scatter_add_(2, index, scores)
 
 
 def footprint(n_keys: int, d_key: int, d_dot: float, update_rule: str, batch_size: int,

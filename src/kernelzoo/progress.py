@@ -2,7 +2,7 @@
 
 The sweeper opens a batch (``start``: how many jobs it launches, when) in a small JSON file of
 its sweep directory; each job, when it ends, counts itself in under a file lock (``finished``)
-and prints ``progress: k/N jobs, elapsed 3.2 min, ETA 5.1 min``. Jobs find
+and prints ``progress: k/N runs, elapsed 3.2 min, ETA 5.1 min``. Jobs find
 the file through the sweep directory Hydra gives them, so joblib workers started earlier,
 submitit processes and the in-process basic launcher all count into one file.
 """
@@ -33,7 +33,7 @@ def start(sweep_dir: str | Path, total: int, label: str = "") -> None:
 
 
 def finished(sweep_dir: str | Path) -> str | None:
-    """Count one job of the open batch as done: ``progress: k/N jobs, elapsed 3.2 min, ETA
+    """Count one job of the open batch as done: ``progress: k/N runs, elapsed 3.2 min, ETA
     5.1 min`` (ETA from the mean time per job so far), or None without an open batch (a run
     outside a sweep)."""
     path = Path(sweep_dir) / FILE
@@ -47,7 +47,7 @@ def finished(sweep_dir: str | Path) -> str | None:
         return None
     eta = elapsed / k * max(n - k, 0)
     where = f" of {state['label']}" if state.get("label") else ""
-    return f"progress: {k}/{n} jobs{where}, elapsed {_minutes(elapsed)}, ETA {_minutes(eta)}"
+    return f"progress: {k}/{n} runs{where}, elapsed {_minutes(elapsed)}, ETA {_minutes(eta)}"
 
 
 def _minutes(seconds: float) -> str:

@@ -13,6 +13,9 @@ import logging
 import math
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import torch
 from omegaconf import DictConfig
@@ -21,10 +24,12 @@ from tqdm import tqdm
 from . import diagnostics, files, store, tracking
 from .config import TrainerConf
 from .model import RetrievalModel, retrieval_loss
+from .pack import Pack, compiles
 from .task import RetrievalTask
 
 
 LOG = logging.getLogger("kernelzoo.train")  # the run's train.log (its Hydra job directory)
+REDRAW_OFFSET = 3_000_017  # a random map's redraws: a stream of their own per run
 
 
 @torch.no_grad()
@@ -53,83 +58,144 @@ def evaluate(model: RetrievalModel, task: RetrievalTask, tr: TrainerConf) -> tup
     return loss.item(), accuracy.item()
 
 
-def fit(cfg: DictConfig, p: dict, rid: str, path, tracker: tracking.Tracker) -> dict:
-    """The published training protocol; returns the summary fields it determines."""
-    tr, mem, device = p["trainer"], p["memory"], p["device"]
+@dataclass
+class Member:
+    """A claimed run as the loop needs it: its config, plan (``train.plan``), id, the
+    directory it is trained in (``path``: its place in the store, ``home``, or a forced rerun's
+    staging directory) and tracker."""
+
+    cfg: DictConfig
+    plan: dict
+    rid: str
+    path: Path
+    home: Path
+    tracker: tracking.Tracker | None = None
+
+
+class _Run:
+    """One run's own state in the loop: model, data stream, curve, stopping rule."""
+
+    def __init__(self, m: Member, dtype: torch.dtype):
+        self.m, tr, p, device = m, m.plan["trainer"], m.plan, m.plan["device"]
+        mem, n_keys, seed = p["memory"], m.cfg.n_keys, m.cfg.seed
+        torch.manual_seed(seed)
+        self.model = RetrievalModel(n_keys, p["phi"], mem.update_rule, mem.normalisation,
+                                    mem.eps, mem.key_eps, mem.chunk_size).to(device=device, dtype=dtype)
+        if hasattr(p["phi"], "use_generator"):  # its redraws: its own stream, alone or packed
+            p["phi"].use_generator(torch.Generator(device).manual_seed(seed + REDRAW_OFFSET))
+        self.task = RetrievalTask(n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,
+                                  seed, device)
+        # the diagnostics' sequences come from a stream of their own: training data stays the same
+        self.probe = RetrievalTask(n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,
+                                   seed + 2_000_003, device).eval_batch(tr.eval_sequences,
+                                                                        tr.eval_max_queries)
+        self.initial = diagnostics.feature_ranks_of(self.model, self.probe)
+        self.curve = store.CurveWriter(m.path)
+        show = sys.stderr.isatty() if tr.progress == "auto" else tr.progress == "true"
+        self.bar = tqdm(total=tr.max_steps, desc=m.rid[:40], disable=not show, leave=False,
+                        unit="step")
+        self.best, self.since_best, self.status, self.reason = math.inf, 0, "max_steps", None
+        self.eval_loss = self.accuracy = math.nan
+        self.steps = 0
+
+    def check(self, losses: list[float], step: int, seconds: float) -> bool:
+        """The protocol at an evaluation after the training losses ``losses`` of the last steps
+        up to ``step``: True when the run stops here (status and reason set)."""
+        tr, n = self.m.plan["trainer"], len(losses)
+        self.steps = step
+        bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
+        if bad:
+            self.steps = step - n + bad[0] + 1
+            self.status, self.reason = "diverged", f"non-finite train loss at step {self.steps}"
+            return True
+        train_loss = sum(losses) / n
+        self.eval_loss, self.accuracy = evaluate(self.model, self.task, tr)
+        rate = n / seconds
+        self.curve.write(step, train_loss, self.eval_loss, self.accuracy)
+        LOG.info("%sstep %d: train loss %.4g, eval loss %.4g, eval accuracy %.4f (%.0f steps/s)",
+                 self.prefix, step, train_loss, self.eval_loss, self.accuracy, rate)
+        self.m.tracker.log({"train/loss": train_loss, "eval/loss": self.eval_loss,
+                            "eval/accuracy": self.accuracy, "perf/steps_per_second": rate},
+                           step=step)
+        self.bar.update(n)
+        self.bar.set_postfix(eval_loss=f"{self.eval_loss:.4g}")
+        if not math.isfinite(self.eval_loss):
+            self.status, self.reason = "diverged", f"non-finite eval loss at step {step}"
+            return True
+        if self.eval_loss < self.best:
+            self.best, self.since_best = self.eval_loss, 0
+        else:
+            self.since_best += 1
+        if self.eval_loss <= tr.stop_loss:
+            self.status = "converged"
+            return True
+        if self.since_best > tr.patience:
+            self.status = "plateau"
+            self.reason = f"no improvement on {self.best:.4g} for {self.since_best} evaluations"
+            return True
+        return False
+
+    def result(self) -> dict:
+        """Close the run's files; the summary fields the loop determines, diagnostics included."""
+        self.bar.close()
+        self.curve.close()
+        ok = self.status != "diverged"
+        found = dict.fromkeys(diagnostics.FIELDS)
+        if ok:  # why it fails, measured from the trained model (diagnostics.py)
+            found, details = diagnostics.measure(self.model, self.probe, self.initial)
+            files.atomic_write_text(self.m.path / "diagnostics.json",
+                                    json.dumps(details, indent=1) + "\n")
+        return {"status": self.status, "reason": self.reason, "steps": self.steps,
+                "final_eval_loss": self.eval_loss if ok else None,
+                "best_eval_loss": self.best if math.isfinite(self.best) else None,
+                "final_eval_accuracy": self.accuracy if ok else None,
+                "device": str(self.m.plan["device"]), **found}
+
+
+def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
+    """The published protocol for a pack of runs (one run is a pack of one): each run draws
+    its own batches, is evaluated and stopped on its own, and leaves the pack when it stops,
+    ``done(member, summary fields)`` being called at that moment. Members share everything
+    but seed and n_keys (``pack.py``)."""
+    tr = members[0].plan["trainer"]
     dtype = getattr(torch, tr.dtype)
-    torch.manual_seed(cfg.seed)
-    phi = p["phi"]
-    model = RetrievalModel(cfg.n_keys, phi, mem.update_rule, mem.normalisation, mem.eps,
-                           mem.key_eps, mem.chunk_size).to(device=device, dtype=dtype)
-    task = RetrievalTask(cfg.n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,
-                         cfg.seed, device)
-    # the diagnostics' sequences come from a stream of their own: training data stays the same
-    probe = RetrievalTask(cfg.n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,
-                          cfg.seed + 2_000_003, device).eval_batch(tr.eval_sequences,
-                                                                   tr.eval_max_queries)
-    initial = diagnostics.feature_ranks_of(model, probe)
-    opt = torch.optim.Adam(model.parameters(), lr=tr.lr,
+    runs = [_Run(m, dtype) for m in members]
+    for run in runs:
+        run.prefix = f"{run.m.rid}: " if len(runs) > 1 else ""
+    pack = Pack([run.model for run in runs])
+    device = members[0].plan["device"]
+    if compiles(tr.compile.lower(), device):
+        pack.compile()
+    opt = torch.optim.Adam(pack.parameters(), lr=tr.lr,
                            fused=device.type in ("cpu", "cuda"))  # one kernel for all params
-    window = torch.zeros(tr.eval_every, device=device, dtype=dtype)
-    curve = store.CurveWriter(path)
-    show = sys.stderr.isatty() if tr.progress == "auto" else tr.progress == "true"
-    bar = tqdm(total=tr.max_steps, desc=rid[:40], disable=not show, leave=False, unit="step")
-    best, since_best, status, reason = math.inf, 0, "max_steps", None
-    eval_loss = accuracy = math.nan
+    window = torch.zeros(len(runs), tr.eval_every, device=device, dtype=dtype)
     step, t_window = 0, time.perf_counter()
     try:
-        while step < tr.max_steps:
+        while runs and step < tr.max_steps:
             step += 1
-            batch = task.train_batch(tr.batch_size)
-            y = model(batch.keys, batch.values, batch.query)
-            loss = retrieval_loss(y, batch.target).mean()
+            losses = pack.losses([run.task.train_batch(tr.batch_size) for run in runs])
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            losses.sum().backward()  # a sum: each run's gradient is its own loss's
             opt.step()
-            window[(step - 1) % tr.eval_every] = loss.detach()
+            window[:, (step - 1) % tr.eval_every] = losses.detach()
             if step % tr.eval_every and step < tr.max_steps:
                 continue
             n = (step - 1) % tr.eval_every + 1
-            losses = window[:n].tolist()  # one device sync per evaluation, not per step
-            bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
-            if bad:
-                status, reason = "diverged", f"non-finite train loss at step {step - n + bad[0] + 1}"
-                step = step - n + bad[0] + 1
-                break
-            train_loss = sum(losses) / n
-            eval_loss, accuracy = evaluate(model, task, tr)
-            rate = n / (time.perf_counter() - t_window)
-            curve.write(step, train_loss, eval_loss, accuracy)
-            LOG.info("step %d: train loss %.4g, eval loss %.4g, eval accuracy %.4f (%.0f steps/s)",
-                     step, train_loss, eval_loss, accuracy, rate)
-            tracker.log({"train/loss": train_loss, "eval/loss": eval_loss,
-                         "eval/accuracy": accuracy, "perf/steps_per_second": rate}, step=step)
-            bar.update(n)
-            bar.set_postfix(eval_loss=f"{eval_loss:.4g}")
-            if not math.isfinite(eval_loss):
-                status, reason = "diverged", f"non-finite eval loss at step {step}"
-                break
-            if eval_loss < best:
-                best, since_best = eval_loss, 0
-            else:
-                since_best += 1
-            if eval_loss <= tr.stop_loss:
-                status = "converged"
-                break
-            if since_best > tr.patience:
-                status = "plateau"
-                reason = f"no improvement on {best:.4g} for {since_best} evaluations"
-                break
+            seconds = time.perf_counter() - t_window
+            rows = window[:len(runs), :n].tolist()  # one device sync per evaluation
+            leaving = []
+            for i, run in enumerate(runs):
+                pack.sync(i)
+                if run.check(rows[i], step, seconds) or step >= tr.max_steps:
+                    leaving.append(i)
+            for i in leaving:
+                done(runs[i].m, runs[i].result())
+            if leaving:
+                opt = pack.drop(leaving, opt)
+                runs = [run for i, run in enumerate(runs) if i not in leaving]
+                window = window[[i for i in range(window.shape[0]) if i not in leaving]]
             t_window = time.perf_counter()
     finally:
-        bar.close()
-        curve.close()
-    found = dict.fromkeys(diagnostics.FIELDS)
-    if status != "diverged":  # why it fails, measured from the trained model (diagnostics.py)
-        found, details = diagnostics.measure(model, probe, initial)
-        files.atomic_write_text(path / "diagnostics.json", json.dumps(details, indent=1) + "\n")
-    return {"status": status, "reason": reason, "steps": step,
-            "final_eval_loss": eval_loss if status != "diverged" else None,
-            "best_eval_loss": best if math.isfinite(best) else None,
-            "final_eval_accuracy": accuracy if status != "diverged" else None,
-            "device": str(device), **found}
+        for run in runs:  # interrupted: close what is open, write no summary
+            run.bar.close()
+            run.curve.close()

@@ -12,6 +12,7 @@ SIGTERM or SIGINT stops a run or a sweep with one line (``interrupt.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -24,16 +25,16 @@ import torch
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from threadpoolctl import threadpool_limits
 
 from . import __version__, config, files, interrupt, progress, store, tracking
 from .config import UsageError
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from .model import footprint
-from .runner import fit
+from .runner import Member, fit
 
-NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress")}  # how, not what, is computed
+NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile")}  # how, not what, is computed
 GIB = 2**30
 
 
@@ -186,8 +187,39 @@ def base_summary(cfg: DictConfig, identity: dict, rid: str) -> dict:
     }
 
 
-def run(cfg: DictConfig, echo=print) -> tuple[str, dict | None]:
-    """Plan, skip or claim, train, store one run: (run_id, summary or None when skipped)."""
+def members(cfg: DictConfig) -> list[DictConfig]:
+    """The runs of this job: the point itself, then one per ``pack_members`` entry [n_keys,
+    seed] (the sweeper packs points that differ only there: ``pack.py``)."""
+    out = []
+    for n_keys, seed in [(cfg.n_keys, cfg.seed), *cfg.pack_members]:
+        member = cfg.copy()
+        with open_dict(member):
+            member.n_keys, member.seed, member.pack_members = n_keys, seed, []
+        out.append(member)
+    return out
+
+
+def run(cfg: DictConfig, echo=print) -> list[tuple[str, dict | None]]:
+    """Plan, skip or claim, train (together, as one pack), store the job's runs: (run_id,
+    summary or None when skipped) for each, each summary written the moment its run stops."""
+    outcomes: dict[int, tuple[str, dict | None]] = {}
+    with contextlib.ExitStack() as claims:
+        todo = []
+        for i, c in enumerate(members(cfg)):
+            got = _claim(c, claims, echo)
+            if isinstance(got, tuple):
+                outcomes[i] = got
+            else:
+                todo.append((i, got))
+        if todo:
+            for i, rid, summary in train_claimed([m for _, m in todo], echo):
+                outcomes[[j for j, m in todo if m.rid == rid][0]] = (rid, summary)
+    return [outcomes[i] for i in sorted(outcomes)]
+
+
+def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
+    """A Member ready to train (claimed, its directory ready), or (run_id, summary or None)
+    when there is nothing to train."""
     try:
         p = plan(cfg)
     except InfeasibleError as err:
@@ -206,59 +238,73 @@ def run(cfg: DictConfig, echo=print) -> tuple[str, dict | None]:
             raise UsageError(f"{err}; remove it or rerun with force=true") from None
         echo(f"skip {rid}: already finished ({summary['status']}); force=true reruns it")
         return rid, None
-    with store.Claim(path) as claimed:
-        if not claimed:
-            echo(f"skip {rid}: another worker is running it")
-            return rid, None
-        if not store.is_done(path):
-            store.reset(path)
-            summary = train_into(path, cfg, p, identity, rid, echo)
-        elif cfg.force:  # the finished result stays in place until the new one is complete
-            new = store.staging(path)
-            summary = train_into(new, cfg, p, identity, rid, echo)
-            store.swap_in(new, path)
-        else:  # finished by another worker meanwhile
-            echo(f"skip {rid}: finished by another worker")
-            return rid, None
-    loss = summary["final_eval_loss"]
-    line = (f"done {rid}: {summary['status']} after {summary['steps']} steps, eval loss "
-            f"{'-' if loss is None else f'{loss:.4g}'} ({summary['wall_seconds']:.1f} s)"
-            + (f" [{summary['reason']}]" if summary["reason"] else ""))
-    echo(line)
-    LOG.info(line)
-    return rid, summary
-
-
-def train_into(where: Path, cfg, p, identity, rid, echo) -> dict:
-    """Train the claimed run in the directory ``where``: config.yaml, curve.csv, then the
-    summary last."""
-    summary = base_summary(cfg, identity, rid)
+    if not claims.enter_context(store.Claim(path)):
+        echo(f"skip {rid}: another worker is running it")
+        return rid, None
+    if not store.is_done(path):
+        store.reset(path)
+        where = path
+    elif cfg.force:  # the finished result stays in place until the new one is complete
+        where = store.staging(path)
+    else:
+        echo(f"skip {rid}: finished by another worker")
+        return rid, None
     files.atomic_write_text(where / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    tr = p["trainer"]
+    return Member(cfg, p, rid, where, path)
+
+
+def train_claimed(todo: list[Member], echo):
+    """Train the claimed runs as one pack; yield (position, run_id, summary) as each stops:
+    its summary is written (and a forced rerun swapped in) at that moment."""
+    tr, device = todo[0].plan["trainer"], todo[0].plan["device"]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    header = f"run {rid}: {p['device']}, {tr.threads} thread(s) of {cores} core(s)"
-    echo(header)
-    LOG.info(header)
-    wandb_config = {**OmegaConf.to_container(cfg, resolve=True), "run_id": rid,
-                    "d_dot": summary["d_dot"], "predicted_capacity": summary["predicted_capacity"],
-                    "feature_map_params": identity["feature_map_params"]}
-    tracker = tracking.start(cfg.logger.name == "wandb", cfg.results_dir,
-                             project=cfg.logger.project, entity=cfg.logger.entity,
-                             group=cfg.experiment, name=rid, config=wandb_config,
-                             tags=[identity["feature_map"], identity["memory"]["update_rule"]],
-                             echo=echo)
-    start, exit_code = time.perf_counter(), 1
+    pack = f", a pack of {len(todo)}" if len(todo) > 1 else ""
+    finished: list[tuple[int, str, dict]] = []
+    for m in todo:
+        header = f"run {m.rid}: {device}, {tr.threads} thread(s) of {cores} core(s){pack}"
+        echo(header)
+        LOG.info(header)
+        m.tracker = _tracker(m, echo)
+    start = time.perf_counter()
+
+    def done(m: Member, fields: dict) -> None:
+        summary = {**base_summary(m.cfg, m.plan["identity"], m.rid), **fields,
+                   "wall_seconds": round(time.perf_counter() - start, 3)}
+        store.write_summary(m.path, summary)
+        if m.path != m.home:
+            store.swap_in(m.path, m.home)
+        m.tracker.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})
+        m.tracker.finish(0)
+        m.tracker = None
+        loss = summary["final_eval_loss"]
+        line = (f"done {m.rid}: {summary['status']} after {summary['steps']} steps, eval loss "
+                f"{'-' if loss is None else f'{loss:.4g}'} ({summary['wall_seconds']:.1f} s)"
+                + (f" [{summary['reason']}]" if summary["reason"] else ""))
+        echo(line)
+        LOG.info(line)
+        finished.append((todo.index(m), m.rid, summary))
+
     try:
         with threadpool_limits(limits=tr.threads):  # torch's OpenMP pool and any BLAS alike
             torch.set_num_threads(tr.threads)
-            summary.update(fit(cfg, p, rid, where, tracker))
-        summary["wall_seconds"] = round(time.perf_counter() - start, 3)
-        store.write_summary(where, summary)
-        tracker.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})
-        exit_code = 0
+            fit(todo, done)
     finally:
-        tracker.finish(exit_code)
-    return summary
+        for m in todo:
+            if m.tracker is not None:  # stopped before its end: no summary
+                m.tracker.finish(1)
+    return finished
+
+
+def _tracker(m: Member, echo) -> tracking.Tracker:
+    identity, cfg = m.plan["identity"], m.cfg
+    wandb_config = {**OmegaConf.to_container(cfg, resolve=True), "run_id": m.rid,
+                    "d_dot": identity["d_dot"], "predicted_capacity": identity["d_dot"],
+                    "feature_map_params": identity["feature_map_params"]}
+    return tracking.start(cfg.logger.name == "wandb", cfg.results_dir,
+                          project=cfg.logger.project, entity=cfg.logger.entity,
+                          group=cfg.experiment, name=m.rid, config=wandb_config,
+                          tags=[identity["feature_map"], identity["memory"]["update_rule"]],
+                          echo=echo)
 
 
 def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
@@ -315,15 +361,16 @@ def main() -> None:
 
 
 @hydra.main(config_path=str(config.CONF), config_name="config", version_base="1.3")
-def _app(cfg: DictConfig) -> str | None:
-    """Entry point; returns the run's status (None when skipped) for the sweep's totals."""
+def _app(cfg: DictConfig) -> list[str | None]:
+    """Entry point; returns the status of each of the job's runs (None when skipped) for the
+    sweep's totals."""
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        rid, summary = run(cfg)
+        outcomes = run(cfg)
     except (UsageError, OSError) as err:  # e.g. a damaged summary, a full disk
         print(f"{'failed' if in_sweep else 'error'}: {files.one_line(err)}", file=sys.stderr)
         if in_sweep:  # the other points still run
-            return "failed"
+            return ["failed"] * len(members(cfg))
         sys.exit(2 if isinstance(err, UsageError) else 1)
     except Exception as err:
         if not in_sweep:
@@ -332,17 +379,26 @@ def _app(cfg: DictConfig) -> str | None:
         logging.getLogger(__name__).exception("run failed")
         print(f"failed: {type(err).__name__}: {err} (traceback in "
               f"{HydraConfig.get().runtime.output_dir})", file=sys.stderr)
-        return "failed"
+        return ["failed"] * len(members(cfg))
     if in_sweep and not cfg.dry_run:
-        try:
-            store.index_point(cfg.results_dir, cfg.experiment, HydraConfig.get().overrides.task,
-                              rid)
-        except OSError as err:  # only a rerun's shortcut is lost: it composes the point again
-            print(f"warning: {files.one_line(err)}; the point is not indexed", file=sys.stderr)
-        line = progress.finished(HydraConfig.get().sweep.dir)
-        if line:
-            print(line)
-    return summary["status"] if summary else None
+        point = [o for o in HydraConfig.get().overrides.task if not o.startswith("pack_members=")]
+        for c, (rid, _) in zip(members(cfg), outcomes):
+            try:
+                store.index_point(cfg.results_dir, cfg.experiment, member_point(point, c), rid)
+            except OSError as err:  # only a rerun's shortcut is lost: it composes the point again
+                print(f"warning: {files.one_line(err)}; the point is not indexed", file=sys.stderr)
+            line = progress.finished(HydraConfig.get().sweep.dir)
+            if line:
+                print(line)
+    return [summary["status"] if summary else None for _, summary in outcomes]
+
+
+def member_point(point: list[str], member: DictConfig) -> list[str]:
+    """The sweep point (its overrides) of a pack member: the leader's, with the member's n_keys
+    and seed (the only values a pack's members differ in)."""
+    values = {"n_keys": member.n_keys, "seed": member.seed}
+    key = lambda o: o.split("=", 1)[0]  # noqa: E731
+    return [f"{key(o)}={values[key(o)]}" if key(o) in values else o for o in point]
 
 
 if __name__ == "__main__":

@@ -46,6 +46,14 @@ def machine() -> str:
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
 
 
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+")
+
+
+def _value(point: list[str], key: str, default) -> str:
+    return next((o.split("=", 1)[1] for o in point if _key(o) == key), default)
+
+
 class GridSweeper(BasicSweeper):
     def __init__(self, max_batch_size=None, params=None, grids=None):
         super().__init__(max_batch_size=max_batch_size, params=params or {})
@@ -127,23 +135,51 @@ class GridSweeper(BasicSweeper):
         return ", ".join(f"{k} {self.outcomes[k]}" for k in OUTCOMES if self.outcomes[k])
 
     def launch(self, points: list[list[str]], label: str = "") -> list:
-        """Run ``points`` through the launcher (batches of max_batch_size); count outcomes.
-        Each job prints a progress line (k/N, elapsed, ETA) when it ends (``progress.py``)."""
+        """Run ``points`` through the launcher, packed (``packs``), in batches of
+        max_batch_size jobs; count outcomes. Each run prints a progress line (k/N, elapsed,
+        ETA) when it ends (``progress.py``)."""
         if points and not self.config.dry_run:
             progress.start(self.config.hydra.sweep.dir, len(points), label)
         returns, self.batch_index = [], 0
-        self.overrides = list(self.split_overrides_to_chunks(points, self.max_batch_size)) if points else []
+        jobs = self.packs(points)
+        self.overrides = list(self.split_overrides_to_chunks(jobs, self.max_batch_size)) if jobs else []
         while not self.is_done():
             batch = self.get_job_batch()
             results = self.launcher.launch(batch, initial_job_idx=self.first_job)
-            for r in results:
+            for r, job in zip(results, batch):
+                runs = 1 + sum(o.startswith("pack_members=") and o.count("[") - 1 for o in job)
                 if r.status == JobStatus.COMPLETED:
-                    self.outcomes[r.return_value or "skipped"] += 1
+                    for status in r.return_value:
+                        self.outcomes[status or "skipped"] += 1
                 else:
-                    self.outcomes["failed"] += 1
+                    self.outcomes["failed"] += runs
             self.first_job += len(batch)
             returns.append(results)
         return returns
+
+    def packs(self, points: list[list[str]]) -> list[list[str]]:
+        """One job per pack: points that differ only in n_keys and seed share a job (the first
+        point, plus ``pack_members=[[n_keys, seed], ...]`` of the others), grouped by
+        ``kernelzoo.pack.form`` up to ``trainer.pack`` runs; largest packs' n_keys first."""
+        from kernelzoo import pack
+
+        groups: dict[tuple, list[list[str]]] = {}
+        for point in points:
+            rest = tuple(o for o in point if _key(o) not in ("n_keys", "seed"))
+            groups.setdefault(rest, []).append(point)
+        jobs = []
+        for rest, group in groups.items():
+            size = pack.size(dict(o.split("=", 1) for o in rest).get("trainer.pack",
+                                                                       self.config.trainer.pack),
+                             self.config.trainer.device)
+            n_keys = [int(_value(p, "n_keys", self.config.n_keys)) for p in group]
+            for members in pack.form(n_keys, size):
+                leader, others = group[members[0]], [group[i] for i in members[1:]]
+                extra = [f"[{_value(p, 'n_keys', self.config.n_keys)},"
+                         f"{_value(p, 'seed', self.config.seed)}]" for p in others]
+                jobs.append((n_keys[members[0]],
+                             leader + ([f"pack_members=[{','.join(extra)}]"] if extra else [])))
+        return [job for _, job in sorted(jobs, key=lambda j: -j[0])]
 
     def _record(self, record: dict, start, wall) -> None:
         """Append this invocation to sweep.json (a damaged one is kept aside, never lost)."""

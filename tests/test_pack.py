@@ -1,0 +1,155 @@
+"""Packed training (pack.py): a run trained inside a pack is the run trained alone."""
+
+import csv
+import json
+
+import pytest
+import torch
+from conftest import base_env, smoke_args, sweep
+from hydra import compose, initialize_config_dir
+
+from kernelzoo import pack, store
+from kernelzoo.config import CONF
+from kernelzoo.feature_maps import build_feature_map
+from kernelzoo.model import RetrievalModel, retrieval_loss
+from kernelzoo.task import RetrievalTask
+from kernelzoo.train import run
+
+TINY = ["d_key=8", "logger=none", "trainer.max_steps=300", "trainer.eval_every=50",
+        "trainer.eval_sequences=4", "trainer.patience=100", "trainer.progress=false"]
+CASES = {
+    "elu": ["feature_map=elu"],
+    "dpfp": ["feature_map=dpfp", "feature_map.nu=2"],
+    "favor_fixed": ["feature_map=favor_fixed", "feature_map.m=16"],
+    "favor_redrawn": ["feature_map=favor", "feature_map.m=16"],
+    "softmax": ["feature_map=softmax"],
+    "delta": ["feature_map=elu", "memory=delta", "task=update"],
+    "fwm": ["feature_map=dpfp", "feature_map.nu=1", "memory=fwm", "task=update"],
+    "hedgehog": ["feature_map=hedgehog"],
+}
+
+
+def composed(*overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def curve(results, rid) -> list[dict]:
+    path = store.run_dir(str(results), "adhoc", rid) / "curve.csv"
+    return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(path.open())]
+
+
+def train(results, overrides, members=()):
+    cfg = composed(*TINY, f"results_dir={results}", *overrides,
+                   f"pack_members={json.dumps([list(m) for m in members])}")
+    return {rid: summary for rid, summary in run(cfg, echo=lambda line: None)}
+
+
+def assert_same_curve(a, b, rel):
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for x, y in zip(a, b):
+        for k in ("train_loss", "eval_loss"):
+            assert x[k] == pytest.approx(y[k], rel=rel, abs=1e-12), (x["step"], k)
+        assert x["eval_accuracy"] == y["eval_accuracy"]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_run_in_a_pack_with_other_seeds_and_more_keys_is_the_run_alone(tmp_path, case):
+    """float64: the same batches and the same curve within 1e-6 over 300 steps, beside a
+    run of another seed and a run with more keys (padded)."""
+    point = [*CASES[case], "n_keys=10", "seed=1", "trainer.dtype=float64"]
+    alone = train(tmp_path / "alone", point)
+    packed = train(tmp_path / "packed", point, members=[(10, 2), (16, 1)])
+    (rid,) = alone
+    assert len(packed) == 3 and packed[rid]["steps"] == alone[rid]["steps"] == 300
+    assert packed[rid]["status"] == alone[rid]["status"]
+    assert_same_curve(curve(tmp_path / "packed", rid), curve(tmp_path / "alone", rid), 1e-6)
+
+
+def test_float32_packs_agree_within_1e_3_over_100_steps(tmp_path):
+    point = ["feature_map=dpfp", "n_keys=12", "trainer.max_steps=100"]
+    alone = train(tmp_path / "alone", point)
+    train(tmp_path / "packed", point, members=[(12, 2), (14, 3)])
+    (rid,) = alone
+    assert_same_curve(curve(tmp_path / "packed", rid), curve(tmp_path / "alone", rid), 1e-3)
+
+
+def test_a_run_that_stops_leaves_the_pack_and_the_others_go_on_unchanged(tmp_path):
+    """S=3 converges early and is compacted out (parameters and Adam state); S=12 runs on
+    exactly as alone."""
+    point = ["feature_map=elu", "n_keys=12", "trainer.dtype=float64", "trainer.lr=0.01"]
+    alone = train(tmp_path / "alone", point)
+    packed = train(tmp_path / "packed", point, members=[(3, 1), (12, 2)])
+    (rid,) = alone
+    small = next(s for s in packed.values() if s["n_keys"] == 3)
+    assert small["status"] == "converged" and small["steps"] < packed[rid]["steps"]
+    assert_same_curve(curve(tmp_path / "packed", rid), curve(tmp_path / "alone", rid), 1e-6)
+
+
+def test_padding_contributes_nothing_to_outputs_losses_or_gradients():
+    """One step of a mixed pack against each model alone, and the padded entries' gradients
+    are exactly 0 (so Adam never moves them)."""
+    torch.manual_seed(0)
+    models = [RetrievalModel(S, build_feature_map("dpfp", d_key=6, nu=1), "delta").double()
+              for S in (5, 9)]
+    alone = [RetrievalModel(S, m.phi, "delta").double() for S, m in zip((5, 9), models)]
+    for a, m in zip(alone, models):
+        a.load_state_dict(m.state_dict())
+    p = pack.Pack(models)
+    batches = [RetrievalTask(S, 2 * S, S, True, i, torch.device("cpu")).train_batch(8)
+               for i, S in enumerate((5, 9))]
+    p.losses(batches).sum().backward()
+    for i, (a, b) in enumerate(zip(alone, batches)):
+        retrieval_loss(a(b.keys, b.values, b.query), b.target).mean().backward()
+        for name in p.names:
+            grad = p.params[name].grad[i]
+            own = p._unpad(name, a, grad)
+            torch.testing.assert_close(own, a.get_parameter(name).grad, rtol=1e-10, atol=1e-12)
+            assert float(grad.abs().sum()) == pytest.approx(float(own.abs().sum()), abs=1e-12)
+
+
+def test_packs_keep_padding_within_a_quarter_of_the_work():
+    keys = [20, 40, 60, 80, 100, 400, 420, 440, 460, 480, 500, 520, 540, 560, 580, 600]
+    packs = pack.form(keys, 8)
+    assert sorted(i for p in packs for i in p) == list(range(len(keys)))
+    for members in packs:
+        sizes = [keys[i] for i in members]
+        assert len(sizes) <= 8 and sizes == sorted(sizes, reverse=True)
+        work = sum(map(pack.step_cost, sizes))
+        assert 1 - work / (len(sizes) * pack.step_cost(max(sizes))) <= pack.PADDING_WASTE
+    assert [keys[i] for i in packs[0]] == [600, 580, 560, 540, 520, 500, 480, 460]
+    assert pack.form([50] * 20, 8) == [list(range(8)), list(range(8, 16)), list(range(16, 20))]
+    assert pack.form(keys, 1) == [[i] for i in sorted(range(len(keys)), key=lambda i: -keys[i])]
+
+
+def test_the_smoke_sweep_packed_and_alone_gives_the_same_runs(smoke_results, tmp_path):
+    """The session's smoke sweep packs by default (trainer.pack=auto); with trainer.pack=1
+    every run trains alone: same statuses and losses."""
+    results = tmp_path / "results"
+    res = sweep("smoke", smoke_args(results, "trainer.pack=1"), base_env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert "a pack of" not in res.stdout and "a pack of 2" in smoke_results.result.stdout
+    packed, alone = (
+        {d.name: store.read_summary(d) for d in (r / "smoke" / "runs").iterdir()}
+        for r in (smoke_results.results, results))
+    assert packed.keys() == alone.keys() and len(alone) == 6
+    for rid, s in alone.items():
+        assert packed[rid]["status"] == s["status"] and packed[rid]["steps"] == s["steps"]
+        if s["final_eval_loss"] is not None:
+            assert packed[rid]["final_eval_loss"] == pytest.approx(s["final_eval_loss"], rel=1e-4)
+
+
+def test_compiled_and_eager_steps_agree(tmp_path):
+    """trainer.compile=true (torch.compile of the pack's step) against eager, float64, a
+    mixed pack: the same curves within 1e-6."""
+    point = ["feature_map=dpfp", "n_keys=8", "trainer.dtype=float64", "trainer.max_steps=100"]
+    eager = train(tmp_path / "eager", [*point, "trainer.compile=false"], members=[(6, 2)])
+    train(tmp_path / "compiled", [*point, "trainer.compile=true"], members=[(6, 2)])
+    for rid in eager:
+        assert_same_curve(curve(tmp_path / "compiled", rid), curve(tmp_path / "eager", rid), 1e-6)
+
+
+def test_compile_auto_is_for_cuda_and_bad_values_are_refused():
+    assert pack.compiles("auto", torch.device("cuda")) and not pack.compiles("auto", torch.device("cpu"))
+    assert pack.compiles("true", torch.device("cpu")) and not pack.compiles("false", torch.device("cuda"))
+    assert pack.size("auto", "cpu") == pack.AUTO_SIZE["cpu"] and pack.size("3", "cuda") == 3
