@@ -102,6 +102,8 @@ BAD_VALUES = [  # overrides, what the one line must name
     (["feature_map=dpfp", "feature_map.nu=0"], ["feature_map=dpfp", "nu", "got 0"]),
     (["feature_map=favor", "feature_map.seed=1.5"], ["feature_map=favor", "seed", "1.5"]),
     (["feature_map=favor", "feature_map.orthogonal=maybe"], ["orthogonal", "maybe"]),
+    (["feature_map=trig", "feature_map.eval_redraw=sometimes"],
+     ["feature_map=trig", "eval_redraw", "'sometimes'", "'per_chunk', 'once'"]),
     (["feature_map=softmax", "memory=delta"], ["memory.update_rule=delta", "softmax"]),
     (["n_keys=3,4"], ["n_keys=3,4", "--multirun"]),
     (["n_keys=("], ["n_keys=("]),

@@ -307,6 +307,40 @@ def test_redraw_policies(name):
     assert not any(_projections_after_calls(fixed, 3)) and torch.equal(fixed.projection, OMEGA)
 
 
+@pytest.mark.parametrize("name", ["favor", "trig"])
+def test_only_every_call_with_per_chunk_draws_per_chunk(name):
+    assert build_feature_map(name, d_key=3, m=3).draws_per_chunk  # the defaults: the authors'
+    assert not build_feature_map(name, d_key=3, m=3, eval_redraw="once").draws_per_chunk
+    for redraw in ("never", "every_n_steps"):
+        assert not build_feature_map(name, d_key=3, m=3, redraw=redraw).draws_per_chunk
+    assert not build_feature_map("elu", d_key=3).draws_per_chunk
+
+
+@pytest.mark.parametrize("name, params", [("favor", {"variant": "hyperbolic"}), ("trig", {})])
+def test_per_element_draws_give_each_batch_element_its_own_projection(name, params):
+    """Within per_element_draws(n) one redraw draws what n redraws would, element i of the
+    input sees the i-th, and scores and their gradients are those of n separate maps."""
+    phi, twin = (build_feature_map(name, d_key=3, m=4, seed=5, **params).double() for _ in range(2))
+    kept = phi.projection
+    g = torch.Generator().manual_seed(12)
+    k = torch.randn(3, 5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    q = torch.randn(3, 2, 3, generator=g, dtype=torch.float64)
+    with phi.per_element_draws(3):
+        phi.maybe_redraw()
+        drawn = phi.projection
+        scores = phi.scores(k, q)
+        (grad,) = torch.autograd.grad(scores.square().sum(), k)
+    assert phi.projection is kept and drawn.shape == (3, 4, 3)  # kept is back on exit
+    for i in range(3):
+        twin.maybe_redraw()
+        assert torch.equal(twin.projection, drawn[i])
+        k_i = k[i:i + 1].detach().requires_grad_()
+        expected = twin.scores(k_i, q[i:i + 1])
+        torch.testing.assert_close(scores[i:i + 1], expected, rtol=1e-12, atol=0)
+        (expected_grad,) = torch.autograd.grad(expected.square().sum(), k_i)
+        torch.testing.assert_close(grad[i:i + 1], expected_grad, rtol=1e-12, atol=1e-15)
+
+
 def test_seeded_draws_are_reproducible_and_follow_the_buffer_dtype():
     a, b = (build_feature_map("favor", d_key=4, m=6, seed=3) for _ in range(2))
     for _ in range(3):
@@ -472,6 +506,9 @@ CONFIG_ERRORS = [
     ("favor", dict(d_key=4, variant="cosh"), r"variant .*'cosh'"),
     ("favor", dict(d_key=4, redraw="sometimes"), r"redraw .*'sometimes'"),
     ("favor", dict(d_key=4, redraw="every_n_steps", redraw_every=0), r"redraw_every"),
+    ("favor", dict(d_key=4, eval_redraw="per_sequence"),
+     r"^favor: eval_redraw must be one of \('per_chunk', 'once'\), got 'per_sequence'$"),
+    ("trig", dict(d_key=4, eval_redraw="always"), r"^trig: eval_redraw must be one of .*'once'\), got 'always'$"),
     ("favor", dict(d_key=4, input_scale="huge"), r"input_scale"),
     ("favor", dict(d_key=2, m=3, projection=OMEGA), r"shape .*\(3, 2\).*\(4, 2\)"),
     ("favor", dict(d_key=2, m=4, projection=OMEGA, redraw="every_call"), r"never"),

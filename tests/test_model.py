@@ -7,12 +7,14 @@ evaluation of kernelzoo.train.evaluate. Small sizes, one thread: the module runs
 
 import math
 import os
+import statistics
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from kernelzoo import feature_maps
 from kernelzoo.feature_maps import build_feature_map
 from kernelzoo.model import RetrievalModel, retrieval_loss
 from kernelzoo.reference import reference_eval_forward, reference_forward
@@ -480,6 +482,110 @@ def test_evaluate_float32_matches_float64_loop():
     batch = make_task(S, False, seed=7).eval_batch(n, 200)
     losses, _ = per_query_losses(model.double(), batch)
     assert loss == pytest.approx((losses.sum() / batch.mask.sum()).item(), rel=1e-5)
+
+
+def favor_eval_model(S, eval_redraw, seed=3, rule="sum", redraw="every_call"):
+    """An untrained float64 FAVOR+ model, its projections drawn from `seed`."""
+    torch.manual_seed(3)
+    phi = build_feature_map("favor", d_key=4, m=6, variant="hyperbolic", redraw=redraw,
+                            eval_redraw=eval_redraw, seed=seed)
+    norm = "sum" if rule == "delta" else "attention"
+    return RetrievalModel(S, phi, rule, norm, key_eps=1e-6).double()
+
+
+def twin_of(model):
+    """The same parameters and a map in the same generator state: its draws repeat the model's."""
+    phi = model.phi
+    twin = favor_eval_model(model.n_keys, phi.eval_redraw, rule=model.update_rule, redraw=phi.redraw)
+    twin.load_state_dict(model.state_dict())
+    return twin.eval()
+
+
+def count_draws(monkeypatch):
+    """A list that gets one entry per projection drawn."""
+    drawn, draw = [], feature_maps.orthogonal_projection
+
+    def counted(*args):
+        drawn.append(1)
+        return draw(*args)
+
+    monkeypatch.setattr(feature_maps, "orthogonal_projection", counted)
+    return drawn
+
+
+@pytest.mark.parametrize("rule", ["sum", "delta"])
+@pytest.mark.parametrize("size", [32, 8, None])
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_per_chunk_evaluation_is_the_authors_loop_of_one_forward_per_chunk(setting, size, rule,
+                                                                          monkeypatch):
+    """eval_redraw=per_chunk: sequence by sequence, chunk by chunk of its real queries, a new
+    projection and a forward on that sequence and those queries only (task-spec "Quirks")."""
+    S, n = 70, 3
+    model = favor_eval_model(S, "per_chunk", rule=rule)
+    twin = twin_of(model)
+    drawn = count_draws(monkeypatch)
+    tr = SimpleNamespace(eval_sequences=n, eval_max_queries=200, eval_query_batch=size)
+    loss, accuracy = evaluate(model, make_task(S, SETTINGS[setting], seed=5), tr)
+    monkeypatch.undo()
+    assert model.phi.projection.shape == (6, 4)  # one projection again, for training
+    batch = make_task(S, SETTINGS[setting], seed=5).eval_batch(n, 200)
+    sums, counts, right = [], [], 0
+    with torch.no_grad():
+        for b in range(n):
+            for js in batch.mask[b].nonzero().squeeze(1).split(size or S):
+                y = twin(batch.keys[b:b + 1], batch.values[b:b + 1], batch.query[b:b + 1, js])
+                target = batch.target[b:b + 1, js]
+                sums.append(retrieval_loss(y, target).sum().item())
+                counts.append(len(js))
+                right += int((y.argmax(-1) == target).sum())
+    assert len(drawn) == len(counts)  # one projection per (sequence, chunk) ...
+    if not SETTINGS[setting]:  # ... n x ceil(S / size) when every key is asked
+        assert len(drawn) == n * math.ceil(S / (size or S))
+    if size is None:
+        expected = sum(sums) / sum(counts)
+    else:
+        expected = sum(s / c for s, c in zip(sums, counts)) / len(counts)
+    assert loss == pytest.approx(expected, rel=1e-12)
+    assert accuracy == pytest.approx(right / sum(counts), rel=1e-6)  # a float32 ratio
+    model.phi.maybe_redraw(), twin.phi.maybe_redraw()  # both streams at the same place
+    assert torch.equal(model.phi.projection, twin.phi.projection) and model.training
+
+
+@pytest.mark.parametrize("redraw, eval_redraw, draws", [("every_call", "once", 1),
+                                                       ("every_n_steps", "per_chunk", 0),
+                                                       ("never", "per_chunk", 0)])
+def test_once_evaluation_is_one_forward_with_one_projection(redraw, eval_redraw, draws,
+                                                            monkeypatch):
+    """eval_redraw=once, or a map not redrawn at every call: the evaluation of before issue
+    #13, one pass under one projection (drawn anew only with every_call)."""
+    S, n = 70, 3
+    model = favor_eval_model(S, eval_redraw, redraw=redraw)
+    twin = twin_of(model)
+    drawn = count_draws(monkeypatch)
+    tr = TrainerConf(eval_sequences=n, eval_max_queries=200, eval_query_batch=32)
+    loss, accuracy = evaluate(model, make_task(S, True, seed=5), tr)
+    assert len(drawn) == draws
+    batch = make_task(S, True, seed=5).eval_batch(n, 200)
+    with torch.no_grad():
+        y = twin(batch.keys, batch.values, batch.query)
+    losses = retrieval_loss(y, batch.target, batch.mask)
+    assert loss == pytest.approx(batch_means_by_hand(losses, batch.mask, 32), rel=1e-12)
+    correct = (y.argmax(-1) == batch.target) & batch.mask
+    assert accuracy == (correct.sum() / batch.mask.sum()).item()
+
+
+def test_per_chunk_evaluation_is_less_noisy_than_once():
+    """The point of issue #13: over repeated evaluations of one model on the same sequences,
+    the eval loss varies less with a projection per chunk (here 4 x 10) than with one (the
+    ratio is 3 to 8 over projection seeds 0 to 7; sqrt(40) for independent chunks)."""
+    S, n = 40, 4
+    tr = SimpleNamespace(eval_sequences=n, eval_max_queries=200, eval_query_batch=4)
+    sd = {}
+    for eval_redraw in ("once", "per_chunk"):
+        model = favor_eval_model(S, eval_redraw)
+        losses = [evaluate(model, make_task(S, False, seed=5), tr)[0] for _ in range(20)]
+        sd[eval_redraw] = statistics.stdev(losses)
+    assert sd["once"] > 2 * sd["per_chunk"] > 0
 
 
 # ----------------------------------------------------------------------------- training

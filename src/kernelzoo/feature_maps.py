@@ -15,9 +15,12 @@ features at once (same numbers; see "fast paths").
 
 Random maps (favor, trig) hold their projection Omega (m, d_key) as a buffer; `maybe_redraw`
 applies the redraw policy, and the caller must apply phi to keys AND queries between two calls
-so that both share one Omega. This module knows no config system: parameters are plain values.
+so that both share one Omega. Within `per_element_draws(n)` (evaluation, see runner.evaluate)
+a redraw draws n projections at once, (n, m, d_key), one per batch element of phi's input.
+This module knows no config system: parameters are plain values.
 """
 
+import contextlib
 import inspect
 import math
 import numbers
@@ -89,6 +92,8 @@ class FeatureMap(nn.Module):
         """The number of independent features of queries: d_dot unless a map treats queries
         differently (cosformer's query position uses half of its features)."""
         return self.d_dot
+
+    draws_per_chunk = False  # True: evaluation draws a projection per query chunk (random maps)
 
     def maybe_redraw(self):
         """Called once per model forward, before phi is applied; deterministic maps do nothing."""
@@ -445,6 +450,7 @@ def orthogonal_projection(m, d, generator=None, device=None, dtype=None, scaling
 
 
 _REDRAWS = ("every_call", "every_n_steps", "never")
+_EVAL_REDRAWS = ("per_chunk", "once")
 
 
 class _RandomFeatures(FeatureMap):
@@ -457,11 +463,17 @@ class _RandomFeatures(FeatureMap):
     to "never" with one and to "every_call" without. Draws use a private generator when `seed`
     is set (one per device), else torch's global RNG, and happen on the buffer's device, in its
     dtype (float32 at least, for the QR).
+
+    eval_redraw (only with redraw="every_call"): "per_chunk", the authors' evaluation (task-spec
+    "Feature maps used in Figure 2" and "Quirks": one forward, hence one Omega, per sequence and
+    chunk of at most 32 queries; runner.evaluate makes them one forward within
+    per_element_draws), or "once", one Omega for the whole evaluation (the suite before issue
+    #13; its eval loss is about 4x noisier).
     """
 
     copies = 1  # d_dot = copies * m
 
-    def __init__(self, d_key, m, orthogonal, redraw, redraw_every, projection, seed, **params):
+    def __init__(self, d_key, m, orthogonal, redraw, redraw_every, eval_redraw, projection, seed, **params):
         _require(_is_count(m), f"{self.name}: m must be an integer >= 1, got {m!r}")
         _require(_is_count(redraw_every), f"{self.name}: redraw_every must be an integer >= 1, got {redraw_every!r}")
         _require(isinstance(orthogonal, bool), f"{self.name}: orthogonal must be true or false, got {orthogonal!r}")
@@ -470,6 +482,8 @@ class _RandomFeatures(FeatureMap):
                  f"{self.name}: seed must be null or an integer from 0 to 2**63 - 1, got {seed!r}")
         redraw = redraw or ("never" if projection is not None else "every_call")
         _require(redraw in _REDRAWS, f"{self.name}: redraw must be one of {_REDRAWS}, got {redraw!r}")
+        _require(eval_redraw in _EVAL_REDRAWS,
+                 f"{self.name}: eval_redraw must be one of {_EVAL_REDRAWS}, got {eval_redraw!r}")
         _require(
             projection is None or redraw == "never",
             f"{self.name}: an explicit projection is never redrawn, so redraw must be 'never', got {redraw!r}",
@@ -478,12 +492,16 @@ class _RandomFeatures(FeatureMap):
             given = None if projection is None else torch.as_tensor(projection, dtype=torch.get_default_dtype()).detach()
         except (TypeError, ValueError, RuntimeError) as err:
             raise ConfigError(f"{self.name}: projection must be an (m, d_key) array of numbers ({err})") from None
+        # eval_redraw names a run only where it acts (redraw=every_call): runs of fixed maps keep their ids
         all_params = {"m": m, **params, "orthogonal": orthogonal, "redraw": redraw, "redraw_every": redraw_every,
-                      "seed": seed, "projection": None if given is None else given.tolist()}
+                      **({"eval_redraw": eval_redraw} if redraw == "every_call" else {}), "seed": seed,
+                      "projection": None if given is None else given.tolist()}
         super().__init__(d_key, self._copies(params) * m, all_params)
         self.m, self.orthogonal, self.redraw, self.redraw_every, self.seed = m, orthogonal, redraw, redraw_every, seed
+        self.eval_redraw = eval_redraw
         self._generators = {}  # device -> torch.Generator, only when seed is set
         self._training_calls = 0
+        self._per_element = None  # n within per_element_draws(n)
         if given is None:
             self.register_buffer("projection", torch.empty(m, d_key))
             self._draw()
@@ -494,16 +512,36 @@ class _RandomFeatures(FeatureMap):
             )
             self.register_buffer("projection", given.clone())
 
-    def _draw(self):
+    @property
+    def draws_per_chunk(self):
+        """Whether evaluation draws a new Omega per (sequence, query chunk)."""
+        return self.redraw == "every_call" and self.eval_redraw == "per_chunk"
+
+    @contextlib.contextmanager
+    def per_element_draws(self, n):
+        """Within it, a redraw draws n projections (n, m, d_key), the i-th for batch element i of
+        phi's input (B = n); on exit the projection held before is back."""
+        kept, self._per_element = self.projection, n
+        try:
+            yield
+        finally:
+            self.projection, self._per_element = kept, None
+
+    def _draw(self, n=None):
+        """A new Omega (m, d_key), or n of them (n, m, d_key) drawn one after the other: the
+        stream of n single draws."""
         device, dtype = self.projection.device, self.projection.dtype
         if self.seed is not None and str(device) not in self._generators:
             self._generators[str(device)] = torch.Generator(device).manual_seed(self.seed)
         generator = self._generators.get(str(device))
         work = torch.float64 if dtype == torch.float64 else torch.float32
-        if self.orthogonal:
-            new = orthogonal_projection(self.m, self.d_key, generator, device, work)
-        else:
-            new = torch.randn(self.m, self.d_key, generator=generator, device=device, dtype=work)
+
+        def one():
+            if self.orthogonal:
+                return orthogonal_projection(self.m, self.d_key, generator, device, work)
+            return torch.randn(self.m, self.d_key, generator=generator, device=device, dtype=work)
+
+        new = one() if n is None else torch.stack([one() for _ in range(n)])
         self.projection = new.to(dtype)  # rebind, not copy_: graphs built earlier keep their Omega
 
     def use_generator(self, generator: torch.Generator) -> None:
@@ -512,9 +550,14 @@ class _RandomFeatures(FeatureMap):
         if self.seed is None:
             self._generators[str(self.projection.device)] = generator
 
+    def _project(self, x, projection=None):
+        """x Omega^T, (..., d_key) -> (..., m); with per-element projections, x is (B, ..., d_key)."""
+        projection = self.projection if projection is None else projection
+        return x @ projection.to(x.dtype).transpose(-1, -2)
+
     def maybe_redraw(self):
         if self.redraw == "every_call":
-            self._draw()
+            self._draw(self._per_element)
         elif self.redraw == "every_n_steps" and self.training:
             if self._training_calls % self.redraw_every == 0:
                 self._draw()
@@ -562,7 +605,7 @@ class Favor(_RandomFeatures):
     name, positive = "favor", True
 
     def __init__(self, d_key, m=64, variant="positive", orthogonal=True, redraw=None, redraw_every=1000,
-                 input_scale=1.0, stabilize=False, projection=None, seed=None):
+                 eval_redraw="per_chunk", input_scale=1.0, stabilize=False, projection=None, seed=None):
         _require(variant in _VARIANTS, f"favor: variant must be one of {_VARIANTS}, got {variant!r}")
         _require(
             input_scale == "performer" or (isinstance(input_scale, (int, float)) and not isinstance(input_scale, bool)
@@ -570,7 +613,7 @@ class Favor(_RandomFeatures):
             f"favor: input_scale must be a finite number > 0 or 'performer', got {input_scale!r}",
         )
         _require(isinstance(stabilize, bool), f"favor: stabilize must be true or false, got {stabilize!r}")
-        super().__init__(d_key, m, orthogonal, redraw, redraw_every, projection, seed,
+        super().__init__(d_key, m, orthogonal, redraw, redraw_every, eval_redraw, projection, seed,
                          variant=variant, input_scale=input_scale, stabilize=stabilize)
         self.variant, self.stabilize = variant, stabilize
         self.scale = d_key**-0.25 if input_scale == "performer" else float(input_scale)
@@ -582,9 +625,9 @@ class Favor(_RandomFeatures):
     def forward(self, x, is_query=False):
         return _exp(self._logits(x, is_query)) / math.sqrt(self.d_dot)
 
-    def _logits(self, x, is_query):
+    def _logits(self, x, is_query, projection=None):
         x = x * self.scale
-        wx = x @ self.projection.to(x.dtype).T
+        wx = self._project(x, projection)
         if self.variant == "hyperbolic":
             wx = torch.cat([wx, -wx], dim=-1)
         logits = wx - (x * x).sum(-1, keepdim=True) / 2
@@ -633,7 +676,8 @@ class _UnderflowExp(torch.autograd.Function):
 class _FavorKeyScores(torch.autograd.Function):
     """fq @ phi(k)^T for FAVOR+ keys k (B, L, d_key) and query features fq (B, Q, d_dot), the
     key features exp(logits) / sqrt(d_dot) made one batch slice at a time (in cache on the CPU)
-    and kept, in slices, for the backward. The projection is the one of the forward pass."""
+    and kept, in slices, for the backward. The projection is the one of the forward pass (per
+    batch element within per_element_draws)."""
 
     @staticmethod
     def forward(ctx, k, fq, phi):
@@ -642,7 +686,7 @@ class _FavorKeyScores(torch.autograd.Function):
         out = k.new_empty(k.shape[0], fq.shape[1], k.shape[1])
         exps = []
         for b in slices:
-            e = _exp(phi._logits(k[b], False))
+            e = _exp(phi._logits(k[b], False, _slice_projection(projection, b)))
             torch.matmul(fq[b], e.transpose(-1, -2), out=out[b])
             if any(ctx.needs_input_grad):
                 exps.append(e)
@@ -654,7 +698,7 @@ class _FavorKeyScores(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         k, fq, projection = ctx.saved_tensors
-        phi, m = ctx.phi, projection.shape[0]
+        phi, m = ctx.phi, projection.shape[-2]
         grad = grad / math.sqrt(phi.d_dot)
         grad_k, grad_fq = torch.empty_like(k), torch.empty_like(fq)
         for b, e in zip(ctx.slices, ctx.exps):
@@ -664,10 +708,15 @@ class _FavorKeyScores(torch.autograd.Function):
             g_logits = g.mul_(e)  # exp' = exp; a stabilising max is detached
             g_wx = g_logits[..., :m] - g_logits[..., m:] if phi.variant == "hyperbolic" else g_logits
             x = k[b] * phi.scale  # logits = x Omega^T (+-) - |x|^2 / 2
-            g_x = torch.addcmul(g_wx @ projection.to(x.dtype), g_logits.sum(-1, keepdim=True), x,
-                                value=-1.0)
+            omega = _slice_projection(projection, b).to(x.dtype)
+            g_x = torch.addcmul(g_wx @ omega, g_logits.sum(-1, keepdim=True), x, value=-1.0)
             torch.mul(g_x, phi.scale, out=grad_k[b])
         return grad_k, grad_fq, None
+
+
+def _slice_projection(projection, b):
+    """The projection of batch elements b: the one (m, d_key), or per-element ones (n, m, d_key)[b]."""
+    return projection[b] if projection.dim() == 3 else projection
 
 
 class Trig(_RandomFeatures):
@@ -676,11 +725,12 @@ class Trig(_RandomFeatures):
 
     name, copies = "trig", 2
 
-    def __init__(self, d_key, m=64, orthogonal=True, redraw=None, redraw_every=1000, projection=None, seed=None):
-        super().__init__(d_key, m, orthogonal, redraw, redraw_every, projection, seed)
+    def __init__(self, d_key, m=64, orthogonal=True, redraw=None, redraw_every=1000, eval_redraw="per_chunk",
+                 projection=None, seed=None):
+        super().__init__(d_key, m, orthogonal, redraw, redraw_every, eval_redraw, projection, seed)
 
     def forward(self, x, is_query=False):
-        wx = x @ self.projection.to(x.dtype).T
+        wx = self._project(x)
         scale = torch.exp((x * x).sum(-1, keepdim=True) / 2) / math.sqrt(self.m)
         return scale * torch.cat([torch.sin(wx), torch.cos(wx)], dim=-1)
 

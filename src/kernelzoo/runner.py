@@ -34,28 +34,54 @@ REDRAW_OFFSET = 3_000_017  # a random map's redraws: a stream of their own per r
 
 @torch.no_grad()
 def evaluate(model: RetrievalModel, task: RetrievalTask, tr: TrainerConf) -> tuple[float, float]:
-    """Eval loss and accuracy: one memory per sequence, all its queries read in one pass.
+    """Eval loss and accuracy (task-spec "Data" and "Quirks"): one memory per sequence.
 
-    The loss is the mean of per-batch means over query batches of ``eval_query_batch`` (the
-    authors' weighting), or the plain mean over queries when that is None.
+    A sequence's queries fall into chunks of ``eval_query_batch`` (all in one when None). The
+    loss is the mean of per-chunk means (the authors' weighting), or the plain mean over queries
+    when ``eval_query_batch`` is None. All queries are read in one pass, except for a random map
+    with ``draws_per_chunk`` (redraw=every_call, eval_redraw=per_chunk), which gets a new
+    projection per (sequence, chunk) as in the authors' one forward per chunk (``_per_chunk``).
     """
     model.eval()
     batch = task.eval_batch(tr.eval_sequences, tr.eval_max_queries)
-    y = model(batch.keys, batch.values, batch.query)
-    losses = retrieval_loss(y, batch.target, batch.mask)
     mask = batch.mask
+    rank = (mask.cumsum(dim=1) - 1).clamp(min=0)  # a query's index among its sequence's real ones
+    if model.phi.draws_per_chunk:
+        y = _per_chunk(model, batch, rank, min(tr.eval_query_batch or mask.shape[1], mask.shape[1]))
+    else:
+        y = model(batch.keys, batch.values, batch.query)
+    losses = retrieval_loss(y, batch.target, mask)
     correct = (y.argmax(-1) == batch.target) & mask
     accuracy = correct.sum() / mask.sum()
     if tr.eval_query_batch is None:
         loss = losses.sum() / mask.sum()
     else:
-        chunk = (mask.cumsum(dim=1) - 1).clamp(min=0) // tr.eval_query_batch
+        chunk = rank // tr.eval_query_batch
         n_chunks = int(chunk.max()) + 1
         sums = losses.new_zeros(mask.shape[0], n_chunks).scatter_add(1, chunk, losses)
         counts = losses.new_zeros(mask.shape[0], n_chunks).scatter_add(1, chunk, mask.to(losses))
         loss = (sums[counts > 0] / counts[counts > 0]).mean()
     model.train()
     return loss.item(), accuracy.item()
+
+
+def _per_chunk(model: RetrievalModel, batch, rank: torch.Tensor, size: int) -> torch.Tensor:
+    """Outputs y (B, Q, S) with one projection per (sequence, chunk of ``size`` real queries).
+
+    The numbers of the authors' loop of one forward per chunk, in one forward over the chunks
+    in the loop's order, each with its own projection (``per_element_draws``). The real query
+    of rank r of a sequence sits in slot r of the sequence's chunks (chunk r // size, place
+    r % size); slots without a query ask key 0, and their outputs are dropped.
+    """
+    chunks = (batch.mask.sum(dim=1) + size - 1) // size  # per sequence
+    n = int(chunks.sum())
+    slot = (chunks.cumsum(0) - chunks).unsqueeze(1) * size + rank
+    spare = torch.where(batch.mask, slot, n * size)  # padding queries: one spare slot, dropped
+    query = batch.query.new_zeros(n * size + 1).scatter_(0, spare.flatten(), batch.query.flatten())
+    sequence = torch.arange(len(chunks), device=chunks.device).repeat_interleave(chunks)
+    with model.phi.per_element_draws(n):
+        y = model(batch.keys[sequence], batch.values[sequence], query[:-1].view(n, size))
+    return y.flatten(0, 1)[torch.where(batch.mask, slot, 0)]
 
 
 @dataclass
