@@ -13,9 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 from synthetic import write_run, write_series
 
-from kernelzoo import analyze
+from kernelzoo import analyze, tracking
+from kernelzoo.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
+                                loss_failure, seed_table)
 
 SRC = Path(analyze.__file__).resolve().parents[1]
 GRID = [20, 40, 60, 80, 100, 120]
@@ -28,7 +31,7 @@ def crossing(n_a, l_a, n_b, l_b, tau=TAU):
 
 
 def loss_rule(losses, diverged=None):
-    return analyze.loss_failure(GRID[:len(losses)], losses,
+    return loss_failure(GRID[:len(losses)], losses,
                                 diverged or [False] * len(losses), TAU)
 
 
@@ -76,19 +79,19 @@ def test_diverged_point_counts_as_failure():
 
 
 def test_accuracy_criterion_interpolates_linearly():
-    result = analyze.accuracy_failure(GRID, [1.0, 1.0, 0.995, 0.5, 0.4, 0.4], [False] * 6, 0.99)
+    result = accuracy_failure(GRID, [1.0, 1.0, 0.995, 0.5, 0.4, 0.4], [False] * 6, 0.99)
     assert result.outcome == "fails_at"
     assert result.value == pytest.approx(60 + (0.995 - 0.99) / (0.995 - 0.5) * 20)
 
 
 def test_aggregate_min_max_then_bootstrap():
-    assert analyze.aggregate([70.0, 90.0, 75.0, math.nan]) == (75.0, 70.0, 90.0)
+    assert aggregate([70.0, 90.0, 75.0, math.nan]) == (75.0, 70.0, 90.0)
     values = [60.0, 62.0, 65.0, 70.0, 71.0, 90.0]
-    median, low, high = analyze.aggregate(values)
+    median, low, high = aggregate(values)
     assert median == pytest.approx(67.5)
     assert 60 < low < median < high < 90  # a bootstrap interval, narrower than min-max
-    assert analyze.aggregate(values) == (median, low, high)  # fixed RNG seed
-    assert all(math.isnan(v) for v in analyze.aggregate([]))
+    assert aggregate(values) == (median, low, high)  # fixed RNG seed
+    assert all(math.isnan(v) for v in aggregate([]))
 
 
 def test_canonical_params_and_labels(tmp_path):
@@ -140,8 +143,8 @@ def test_capacity_table_seeds_holes_diverged_infeasible(tmp_path):
     runs, missing, corrupted = analyze.load_runs(exp)
     assert missing == ["zz-in-progress"]
     assert len(corrupted) == 1 and "zz-corrupt/summary.json" in corrupted[0]
-    seeds = analyze.seed_table(runs, TAU, 0.99)
-    table = analyze.capacity_table(runs, seeds).set_index("label")
+    seeds = seed_table(runs, TAU, 0.99)
+    table = capacity_table(runs, seeds).set_index("label")
 
     elu = table.loc["ELU+1"]
     low, high = crossing(60, 1e-4, 80, 0.3), crossing(80, 1e-4, 100, 0.3)
@@ -199,7 +202,7 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
     assert len(runs) == (6 + 6 + 5) + 3 * 6 + 6 + 6 + 1
     with open(exp / "capacity.csv") as f:
         header = next(csv.reader(f))
-    assert header[:13] == list(analyze.CAPACITY_COLUMNS) == [
+    assert header[:13] == list(CAPACITY_COLUMNS) == [
         "feature_map", "params", "d_key", "d_dot", "update_rule", "predicted_capacity", "n_seeds",
         "observed_capacity", "ci_low", "ci_high", "first_failure", "ratio", "outcome"]
     assert header[13] == "observed_capacity_acc"
@@ -277,12 +280,11 @@ def test_wandb_failure_is_one_warning(tmp_path, monkeypatch, capsys):
         def finish(self, exit_code=0):
             BrokenRun.finished = True
 
-    monkeypatch.setattr(analyze.tracking, "start",
-                        lambda *args, **kwargs: analyze.tracking.Tracker(BrokenRun()))
-    cfg = analyze.OmegaConf.create({"experiment": "x", "results_dir": str(tmp_path),
+    monkeypatch.setattr(tracking, "start", lambda *args, **kwargs: tracking.Tracker(BrokenRun()))
+    cfg = OmegaConf.create({"experiment": "x", "results_dir": str(tmp_path),
                                     "logger": {"name": "wandb"}})
     capacity = pd.DataFrame({"label": ["ELU+1"], "observed_capacity": [71.5]})
-    analyze.log_dashboard(cfg, capacity, [])
+    tracking.log_dashboard(cfg, capacity, [])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: wandb logging failed")
     assert BrokenRun.finished
@@ -294,9 +296,9 @@ def test_one_seed_reads_as_its_bracket_and_lists_the_noise(tmp_path):
     exp = tmp_path / "results" / "one"
     write_series(exp, {20: 1e-4, 40: 0.2, 60: 1e-4, 80: 0.3, 100: 0.3})
     runs, _, _ = analyze.load_runs(exp)
-    seeds = analyze.seed_table(runs, TAU, 0.99)
+    seeds = seed_table(runs, TAU, 0.99)
     assert seeds["noise"].iloc[0] == (40.0,)
-    row = analyze.capacity_table(runs, seeds).iloc[0]
+    row = capacity_table(runs, seeds).iloc[0]
     assert (row["ci_low"], row["ci_high"]) == (60, 80)  # the bracket, not [x, x]
     proc = run_cli(["experiment=one", f"results_dir={exp.parent}", "logger=none"], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -329,7 +331,7 @@ def test_a_search_store_is_read_natively(tmp_path):
     write_search_store(exp)
     runs, _, _ = analyze.load_runs(exp)
     assert runs["probe_round"].notna().all()
-    seeds = analyze.seed_table(runs, TAU, 0.99).set_index("seed")
+    seeds = seed_table(runs, TAU, 0.99).set_index("seed")
     assert (seeds.loc[1, "last_pass"], seeds.loc[1, "first_failure"]) == (48, 56)
     assert (seeds.loc[2, "last_pass"], seeds.loc[2, "first_failure"]) == (64, 72)
     proc = run_cli(["experiment=s", f"results_dir={exp.parent}", "logger=none"], tmp_path)
