@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 from synthetic import write_run, write_series
 
-from kernelzoo import analyze, tracking
+from kernelzoo import analyze, stalls, tracking
 from kernelzoo.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
                                 loss_failure, seed_table)
 
@@ -211,7 +211,7 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
         "published_capacity", "published_outcome", "reference_capacity",
         "reference_outcome"]  # appended after label
     capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
-    assert capacity.shape == (5, 22)
+    assert capacity.shape == (5, 23)
     assert capacity.loc["ELU+1", "observed_capacity"] == pytest.approx(crossing(60, 1e-4, 80, 0.3))
 
     report = (exp / "report.md").read_text()
@@ -220,7 +220,8 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
                    "24,000 training steps (250 per second of run time).", "(partial sweep)", "Sweep machine: a CPU",
                    "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
                    "first failing n whose next grid point fails too", "![](loss_vs_keys.png)",
-                   "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 seeds |", "ELU+1 1.12 (fails_at)"):
+                   "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 seeds |", "ELU+1 1.12 (fails_at)",
+                   "No diagnostics: these runs predate them"):
         assert needle in report, needle
 
 
@@ -345,3 +346,84 @@ def test_a_search_store_is_read_natively(tmp_path):
     assert not list(exp.glob("heatmap_*.png"))
     parquet = pd.read_parquet(exp / "runs.parquet")
     assert {"probe_round", "probe_why"} <= set(parquet.columns)
+
+
+# --- stalls: a few keys never learned where the configuration has room ------------------------
+
+DEAD = [{"key": 37, "confused_with": 12, "cause": "collides"}]
+
+
+def write_stall_store(exp: Path) -> None:
+    """ELU+1 over three seeds, all passing at 20 and 40. Seed 1 fails from 60 on (at 60 with two
+    dead keys and other errors besides: no stall); seed 3 passes up to 80 and fails at 100 (one
+    dead key and nothing else wrong, but no run passes at 100 or more: no stall); seed 2 stalls
+    at 60 and 80 (one key never learned, nothing else wrong, and seed 3 holds 80 keys), then
+    fails at 100 with many dead keys."""
+    def run(seed, n, loss, dead_keys, **kw):
+        status = "converged" if loss < 1e-3 else "plateau"
+        write_run(exp, n_keys=n, loss=loss, seed=seed, status=status,
+                  diagnostics={"dead_keys": dead_keys}, **kw)
+
+    for seed in (1, 2, 3):
+        run(seed, 20, 1e-4, 0)
+        run(seed, 40, 1e-4, 0)
+    run(1, 60, 0.05, 2, accuracy=0.9)
+    run(1, 80, 0.2, 12)
+    run(2, 60, 0.02, 1, dead=DEAD)
+    run(2, 80, 0.02, 1, dead=DEAD)
+    run(2, 100, 0.3, 20)
+    run(3, 60, 1e-4, 0)
+    run(3, 80, 1e-4, 0)
+    run(3, 100, 0.015, 1, accuracy=0.99)
+
+
+def test_a_stalled_seed_never_sets_the_failure_point(tmp_path):
+    exp = tmp_path / "results" / "st"
+    write_stall_store(exp)
+    runs, _, _ = analyze.load_runs(exp)
+    runs["stalled"] = stalls.stalled(runs, exp / "runs", TAU)
+    assert sorted(zip(*(runs.loc[runs["stalled"], k] for k in ("seed", "n_keys")))) == [
+        (2, 60), (2, 80)]
+    seeds = seed_table(runs, TAU, 0.99).set_index("seed")
+    assert (seeds.loc[2, "last_pass"], seeds.loc[2, "first_failure"]) == (40, 100)
+    assert seeds.loc[2, "noise"] == ()
+    assert (seeds.loc[1, "first_failure"], seeds.loc[3, "first_failure"]) == (60, 100)
+    observed = capacity_table(runs, seeds)["observed_capacity"].iloc[0]
+    assert observed == pytest.approx(crossing(40, 1e-4, 100, 0.3))  # seed 2 is the median
+    # counted as failures, seed 2's stalls would set the failure point: the median seed
+    counted = runs.assign(stalled=False)
+    assert capacity_table(counted, seed_table(counted, TAU, 0.99))["observed_capacity"].iloc[0] \
+        == pytest.approx(crossing(40, 1e-4, 60, 0.02))
+    rates = stalls.stall_rates(runs)
+    assert rates.to_dict("records") == [{"label": "ELU+1", "n_keys": 60, "stalled": 1, "seeds": 3},
+                                        {"label": "ELU+1", "n_keys": 80, "stalled": 1, "seeds": 3}]
+
+    proc = run_cli(["experiment=st", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = (exp / "report.md").read_text()
+    for needle in ("## Stalls", stalls.RULE.splitlines()[0], "2 of 14 runs stalled, at 2 points",
+                   "| ELU+1 | 60 | 1 of 3 | 33% |",
+                   "ELU+1, seed 2, n_keys 80: stalled: 1 key of 80 never learned (key 37, "
+                   "confused with 12: collides); final eval loss 0.02",
+                   f"ELU+1: {crossing(40, 1e-4, 60, 0.02):.3g} (fails_at) with stalls counted as "
+                   f"failures, {crossing(40, 1e-4, 100, 0.3):.3g} (fails_at) with them set aside",
+                   "is never set by a stall"):
+        assert needle in report, needle
+    table = pd.read_csv(exp / "capacity.csv")
+    assert table["observed_capacity_counting_stalls"].iloc[0] == pytest.approx(
+        crossing(40, 1e-4, 60, 0.02))
+    assert pd.read_parquet(exp / "runs.parquet")["stalled"].sum() == 2
+
+
+def test_a_stall_counts_the_keys_an_evaluation_queries(tmp_path):
+    """At 300 keys an evaluation queries keys 0..199 (trainer.eval_max_queries): three dead keys
+    and nothing else wrong read as accuracy 1 - 3/200, not 1 - 3/300."""
+    exp = tmp_path / "q"
+    for cap in (200, None):
+        write_run(exp, n_keys=300, loss=0.02, seed=1 if cap else 2, status="plateau",
+                  accuracy=1 - 3 / 200, diagnostics={"dead_keys": 3},
+                  config=f"trainer:\n  eval_max_queries: {cap}\n" if cap else "")
+    write_run(exp, n_keys=300, loss=1e-4, seed=3, diagnostics={"dead_keys": 0})
+    runs, _, _ = analyze.load_runs(exp)
+    marked = dict(zip(runs["seed"], stalls.stalled(runs, exp / "runs", TAU)))
+    assert marked == {1: True, 2: False, 3: False}

@@ -153,18 +153,6 @@ def test_softmax_has_no_feature_rank():
     assert fields["phi_rank"] is None and math.isfinite(fields["margin"])
 
 
-def test_reports_flag_runs_that_stall_with_a_few_dead_keys():
-    import pandas as pd
-
-    from kernelzoo.report import stalls
-
-    runs = pd.DataFrame({"label": ["ELU+1"] * 3, "seed": [1, 1, 1], "n_keys": [100, 100, 40],
-                         "dead_keys": [1, 30, None], "final_eval_loss": [0.004, 0.3, 1e-4]})
-    assert stalls(runs) == ["ELU+1, seed 1, n_keys 100: stalled: 1 key of 100 never learned "
-                            "(final eval loss 0.004; which keys: its diagnostics.json)"]
-    assert stalls(runs.drop(columns="dead_keys")) == []
-
-
 def test_reports_note_configurations_whose_feature_rank_moved():
     import pandas as pd
 

@@ -14,9 +14,10 @@ every configuration the failure point of the committed reference runs of the sam
 search are read alike. Partial sweeps are analysed as far as they go; run directories without a
 summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
 sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
-report. Nothing is ever deleted. The command line is checked against
-``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule is in
-``capacity.py`` (and in every report); the wandb dashboard in ``tracking.log_dashboard``.
+report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``), set aside by
+the failure-point rule and listed in the report. Nothing is ever deleted. The command line is
+checked against ``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule
+is in ``capacity.py`` (and in every report); the wandb dashboard in ``tracking.log_dashboard``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import pandas as pd
 from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import config, plots, published, tracking
+from kernelzoo import config, plots, published, stalls, tracking
 from kernelzoo.capacity import (CONFIG_KEYS, RULE, capacity_table, loss_failure,
                                 seed_table)
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
@@ -202,11 +203,17 @@ def analyze(cfg: DictConfig) -> None:
         print(f"nothing to analyse in {exp_dir / 'runs'}: {len(missing)} runs without summary, "
               f"{len(damaged)} damaged", file=sys.stderr)
         return
+    runs["stalled"] = stalls.stalled(runs, exp_dir / "runs", cfg.threshold)
     atomic_write(exp_dir / "runs.parquet", lambda f: runs.to_parquet(f, index=False))
     seeds = seed_table(runs, cfg.threshold, cfg.accuracy_threshold)
+    counted = runs.assign(stalled=False)  # the same runs with their stalls counted as failures
+    counted = capacity_table(counted, seed_table(counted, cfg.threshold, cfg.accuracy_threshold))
+    table = capacity_table(runs, seeds)
+    table.insert(table.columns.get_loc("label"), "observed_capacity_counting_stalls",
+                 table["label"].map(counted.set_index("label")["observed_capacity"]))
     points = published.points(runs)
     capacity = published.capacity_columns(
-        capacity_table(runs, seeds), points,
+        table, points,
         lambda n, loss: loss_failure(n, loss, np.zeros(len(n), bool), cfg.threshold))
     reference = experiment_dir(cfg.get("reference_dir") or exp_dir.parent, cfg.experiment)
     capacity = published.reference_columns(
@@ -216,9 +223,9 @@ def analyze(cfg: DictConfig) -> None:
     curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
     figures, omitted = plots.all_figures(runs, capacity, points, curves, exp_dir, cfg.threshold,
                                          cfg.accuracy_threshold, search)
-    report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, missing,
-                                   damaged, None if search else grid_holes(runs), figures,
-                                   omitted, cfg.threshold, cfg.accuracy_threshold,
+    report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, counted,
+                                   missing, damaged, None if search else grid_holes(runs),
+                                   figures, omitted, cfg.threshold, cfg.accuracy_threshold,
                                    rule=RULE)
     for line in damaged:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)

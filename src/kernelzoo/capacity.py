@@ -13,10 +13,13 @@ clamped to [n_a, n_b]; losses are floored at 1e-12 and, when l_b is not finite, 
 midpoint. Outcomes: "fails_at" (n*), "never_fails" (lower bound: the largest n tried),
 "fails_everywhere" (the first point already fails; upper bound: the smallest n tried) and
 "no_data". Failures below the failure point (each followed by a pass) are listed as noise.
-The accuracy criterion is the same rule with accuracy < ``accuracy_threshold``,
-interpolated linearly in accuracy. Seeds aggregate to the median of their numbers (bounds
-included) with a min-max interval below 5 seeds, else a bootstrap 95% percentile interval (RNG
-seed 0); a single seed's interval is its bracket [n_a, n_b] (a bound's, the bound itself); a configuration's outcome is its most common seed outcome (ties: fails_at, then
+The accuracy criterion is the same rule with accuracy < ``accuracy_threshold``, interpolated
+linearly in accuracy. A stalled run (a few keys never learned where the configuration holds as
+many keys in some run: the stall rule, ``stalls.py``) is left out of its seed's series wherever
+it would fail: a failure point is never set by a stall. Seeds aggregate to the median of their
+numbers (bounds included) with a min-max interval below 5 seeds, else a bootstrap 95% percentile
+interval (RNG seed 0); a single seed's interval is its bracket [n_a, n_b] (a bound's, the bound
+itself); a configuration's outcome is its most common seed outcome (ties: fails_at, then
 fails_everywhere). Predicted capacity = the map's d_dot (null: unbounded); ratio = observed /
 predicted.
 """
@@ -83,17 +86,21 @@ def loss_failure(n, loss, diverged, threshold: float) -> SeedResult:
     return failure_point(n, failing(loss, diverged, threshold), cross)
 
 
+def accuracy_failing(accuracy, diverged, threshold: float) -> np.ndarray:
+    """The accuracy criterion for points: fails when diverged, or accuracy missing or below."""
+    return np.asarray(diverged, bool) | ~(np.asarray(accuracy, float) >= threshold)
+
+
 def accuracy_failure(n, accuracy, diverged, threshold: float) -> SeedResult:
     """Accuracy criterion: fails when accuracy < threshold, missing, or diverged; linear."""
     n, acc = np.asarray(n, float), np.asarray(accuracy, float)
-    fails = np.asarray(diverged, bool) | ~(acc >= threshold)
 
     def cross(i):
         if not np.isfinite(acc[i]):
             return (n[i - 1] + n[i]) / 2
         return n[i - 1] + (acc[i - 1] - threshold) / (acc[i - 1] - acc[i]) * (n[i] - n[i - 1])
 
-    return failure_point(n, fails, cross)
+    return failure_point(n, accuracy_failing(acc, diverged, threshold), cross)
 
 
 def aggregate(values) -> tuple[float, float, float]:
@@ -117,16 +124,21 @@ def combine(outcomes) -> str:
 
 
 def seed_table(runs: pd.DataFrame, threshold: float, accuracy_threshold: float) -> pd.DataFrame:
-    """One row per (label, seed): both criteria's SeedResults; infeasible points left out."""
+    """One row per (label, seed): both criteria's SeedResults. Infeasible points are left out,
+    and stalled runs (column ``stalled``, ``stalls.py``) wherever they fail the criterion."""
     rows = []
     for (label, seed), group in runs.groupby(["label", "seed"], sort=True):
         series = group[group["status"] != "infeasible"].sort_values("n_keys")
-        diverged = series["status"].eq("diverged")
-        loss = loss_failure(series["n_keys"], series["final_eval_loss"], diverged, threshold)
-        acc = accuracy_failure(series["n_keys"], series["final_eval_accuracy"], diverged,
-                               accuracy_threshold)
-        rows.append({"label": label, "seed": seed, **vars(loss),
-                     **{f"{k}_acc": v for k, v in vars(acc).items()}})
+        n, loss, acc = (series[k].to_numpy(float) for k in
+                        ("n_keys", "final_eval_loss", "final_eval_accuracy"))
+        diverged = series["status"].eq("diverged").to_numpy()
+        stalled = series["stalled"].to_numpy(bool) if "stalled" in series else False
+        keep = ~(stalled & failing(loss, diverged, threshold))
+        by_loss = loss_failure(n[keep], loss[keep], diverged[keep], threshold)
+        keep = ~(stalled & accuracy_failing(acc, diverged, accuracy_threshold))
+        by_acc = accuracy_failure(n[keep], acc[keep], diverged[keep], accuracy_threshold)
+        rows.append({"label": label, "seed": seed, **vars(by_loss),
+                     **{f"{k}_acc": v for k, v in vars(by_acc).items()}})
     return pd.DataFrame(rows)
 
 
