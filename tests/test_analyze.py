@@ -211,7 +211,7 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
         "published_capacity", "published_outcome", "reference_capacity",
         "reference_outcome"]  # appended after label
     capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
-    assert capacity.shape == (5, 23)
+    assert capacity.shape == (5, 25)
     assert capacity.loc["ELU+1", "observed_capacity"] == pytest.approx(crossing(60, 1e-4, 80, 0.3))
 
     report = (exp / "report.md").read_text()
@@ -221,7 +221,7 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
                    "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
                    "first failing n whose next grid point fails too", "![](loss_vs_keys.png)",
                    "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 seeds |", "ELU+1 1.12 (fails_at)",
-                   "No diagnostics: these runs predate them"):
+                   "No diagnostics: these runs predate them", "capacity_vs_rank: left out"):
         assert needle in report, needle
 
 

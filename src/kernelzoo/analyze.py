@@ -8,16 +8,18 @@ and, for a failure-point search, ``search.json`` (why each probe was trained), s
 ``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``, ``heatmaps.py``; PNG
 and SVG) and ``report.md`` (``report.py``) beside it, each atomically. Configurations that are
 one of the authors' Figure 2 configurations (``published.py``) also get the failure point of the
-authors' published losses by the same rule (``published_capacity``, ``published_outcome``), and
-every configuration the failure point of the committed reference runs of the same experiment
-(``reference_capacity``, ``reference_outcome``). Grids and the sparse, irregular n_keys of a
-search are read alike. Partial sweeps are analysed as far as they go; run directories without a
-summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
-sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
-report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``), set aside by
-the failure-point rule and listed in the report. Nothing is ever deleted. The command line is
-checked against ``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule
-is in ``capacity.py`` (and in every report); the wandb dashboard in ``tracking.log_dashboard``.
+authors' published losses by the same rule (``published_capacity``, ``published_outcome``);
+every configuration gets the failure point of the committed reference runs of the same
+experiment (``reference_capacity``, ``reference_outcome``) and the effective rank its written
+keys' features reach at its failure point (``prediction.py``: ``effective_rank_at_failure``,
+``rank_ratio``). Grids and the sparse, irregular n_keys of a search are read alike. Partial
+sweeps are analysed as far as they go; run directories without a summary, damaged files (a
+summary with wrong types, a non-numeric curve, a FIFO, an unreadable sweep.json or search.json:
+each named with what is wrong) and grid holes are listed in the report. Runs that stalled
+(``stalls.py``) are marked in runs.parquet (``stalled``), set aside by the failure-point rule
+and listed in the report. Nothing is ever deleted. The command line is checked against
+``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule is in
+``capacity.py`` (and in every report); the wandb dashboard in ``tracking.log_dashboard``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import pandas as pd
 from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import config, plots, published, stalls, tracking
+from kernelzoo import config, plots, prediction, published, stalls, tracking
 from kernelzoo.capacity import (CONFIG_KEYS, RULE, capacity_table, loss_failure,
                                 seed_table)
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
@@ -213,7 +215,7 @@ def analyze(cfg: DictConfig) -> None:
                  table["label"].map(counted.set_index("label")["observed_capacity"]))
     points = published.points(runs)
     capacity = published.capacity_columns(
-        table, points,
+        prediction.add_columns(table, runs, seeds), points,
         lambda n, loss: loss_failure(n, loss, np.zeros(len(n), bool), cfg.threshold))
     reference = experiment_dir(cfg.get("reference_dir") or exp_dir.parent, cfg.experiment)
     capacity = published.reference_columns(

@@ -3,8 +3,10 @@
 Sections: what was run (runs, steps, wall time, machine, sweep invocations), the failure-point
 rule, the capacity table (each failure point with its honest bracket or interval and, for the
 authors' own configurations, the failure point of their published losses), the comparison with
-the paper, the search's probes (for ``search=bisect``: which n_keys were trained and why), what
-is missing or was treated as noise, and the figures (PNG embedded, SVG linked, one caption each).
+the paper, capacity efficiency, the feature rank during training, the refined prediction
+(effective rank at the failure point against d_dot), the stalls, the search's probes (for
+``search=bisect``: which n_keys were trained and why), what is missing or was treated as noise or
+set aside, and the figures (PNG embedded, SVG linked, one caption each).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pandas as pd
 
 from kernelzoo.files import StoreError, atomic_write_text
 from kernelzoo.plots import efficiency_order
+from kernelzoo import prediction
 from kernelzoo.stalls import RULE as STALL_RULE
 from kernelzoo.stalls import has_diagnostics, moved, stall_lines, stall_rates
 from kernelzoo.store import read_sweep, trained_points
@@ -113,6 +116,9 @@ CAPTIONS = {
     "curves": "Eval loss during training of the runs just below and above each failure point, "
               "with tau and the trainer's stop threshold.",
     "accuracy_vs_keys": "Retrieval accuracy against the number of keys.",
+    "capacity_vs_rank": "Each failure point against d_dot (left) and against the effective rank "
+                        "of the written keys' features at the failure point (right), with its "
+                        "bracket or interval over seeds; the dotted line is y = x.",
 }
 
 
@@ -218,6 +224,34 @@ def noise(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[str]:
     return items
 
 
+def prediction_section(runs: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
+    """Effective rank at the failure point against d_dot as the predictor (``prediction.py``)."""
+    lines = ["## Refined prediction: the effective rank at the failure point", ""]
+    if not has_diagnostics(runs):
+        return lines + ["No diagnostics: these runs predate them (no effective rank in their "
+                        "summaries), so only d_dot predicts the failure points.", ""]
+    rows = prediction.compared(capacity)
+    lines += ["Does the effective rank of the written keys' features (diagnostics), reached at the "
+              "failure point, predict it better than d_dot? `effective_rank_at_failure` "
+              "(capacity.csv): per seed that fails at a point, the effective rank of its runs at "
+              "the last pass and the first failure, interpolated at its failure point; the mean "
+              "over those seeds. It is measured on the n_keys written keys of the trained model, "
+              "so it can exceed neither n_keys nor d_dot: at the failure point it sits at or "
+              "below the failure point by construction (failure point / effective rank >= 1, "
+              "up to the interpolation). A small |ln| says the written features are still "
+              "spread evenly where the memory fails, not that the rank was known beforehand; "
+              "a large one, that they collapsed well before.", "",
+              f"Comparison {prediction.compare(capacity).words()}.", ""]
+    if rows.empty:
+        return lines
+    lines += ["| configuration | d_dot | failure point | effective rank at failure | "
+              "failure point / d_dot | failure point / effective rank |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.label} | {r.predicted_capacity} | {r.observed_capacity:.3g} | "
+              f"{r.effective_rank_at_failure:.3g} | {r.ratio:.2f} | {r.rank_ratio:.2f} |"
+              for r in rows.itertuples()]
+    return lines + [""]
+
+
 def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, counted: pd.DataFrame) -> list[str]:
     """The stall rule, the stall rate of every point with a stalled run, and the failure points
     that setting stalls aside moved (``counted``: the capacity table with stalls as failures)."""
@@ -315,7 +349,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                                                     f"{published(r)}"
                                                     for r in theirs.itertuples()) + "."]
     lines += ["", *efficiency_table(capacity), *rank_changes(runs),
-              *stall_section(runs, capacity, counted)]
+              *prediction_section(runs, capacity), *stall_section(runs, capacity, counted)]
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]
