@@ -130,7 +130,8 @@ def test_rank_of_a_map_of_known_rank():
     keys span exactly 8 dimensions, in the model as on random inputs."""
     phi = build_feature_map("dpfp", d_key=4, nu=1)
     assert phi.d_dot == 8
-    rank, effective = feature_ranks(phi(torch.randn(50, 4, generator=torch.Generator().manual_seed(0))))
+    x = torch.randn(50, 4, generator=torch.Generator().manual_seed(0))
+    rank, effective = feature_ranks(phi(x))
     assert rank == 8 and 1 < effective <= 8
     torch.manual_seed(0)
     fields, _ = measure(RetrievalModel(16, phi).double(), eval_batch(16))

@@ -73,7 +73,9 @@ def dead_key_words(run_dir) -> tuple[str, str | None]:
     try:
         details = json.loads(read_text(path))
         return "; ".join(
-            f"key {d['key']}, confused with {d['confused_with']}"
+            f"key {d['key']}, " + (f"confused with {d['confused_with']}"
+                                   if d["confused_with"] is not None
+                                   else "answered with values no key holds")
             + (f": {d['cause']}" if "cause" in d else "")  # older diagnostics lack the cause
             for d in details["dead_keys"]), None
     except FileNotFoundError:
