@@ -38,8 +38,7 @@ from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import config, plots, prediction, published, stalls, tracking
-from kernelzoo.capacity import (CONFIG_KEYS, RULE, capacity_table, loss_failure,
-                                seed_table)
+from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
 from kernelzoo.store import (CURVE_COLUMNS, experiment_dir, read_config_value, read_search,

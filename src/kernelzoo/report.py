@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from kernelzoo import prediction
 from kernelzoo.files import StoreError, atomic_write_text
 from kernelzoo.plots import efficiency_order
-from kernelzoo import prediction
 from kernelzoo.stalls import RULE as STALL_RULE
 from kernelzoo.stalls import has_diagnostics, moved, stall_lines, stall_rates
 from kernelzoo.store import read_sweep, trained_points
