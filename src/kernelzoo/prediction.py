@@ -63,7 +63,8 @@ def effective_rank_at_failure(runs: pd.DataFrame, seeds: pd.DataFrame) -> dict[s
     NaN where no such seed has one (no column: a store older than the diagnostics)."""
     if "phi_effective_rank" not in runs:
         return {}
-    rank = runs.set_index(["label", "seed", "n_keys"])["phi_effective_rank"].astype(float)
+    rank = pd.to_numeric(runs.set_index(["label", "seed", "n_keys"])["phi_effective_rank"],
+                         errors="coerce")  # a damaged value reads as none
     found = {}
     for label, group in seeds[seeds["outcome"] == "fails_at"].groupby("label"):
         values = [_at_failure(s.last_pass, rank.get((label, s.seed, int(s.last_pass)), math.nan),
