@@ -17,8 +17,12 @@ def accuracy_of(loss):
 def write_run(exp_dir: Path, *, n_keys: int, loss, seed: int = 1, feature_map: str = "elu",
               params: dict | None = None, d_key: int = 64, d_dot: int | None = 64,
               update_rule: str = "sum", status: str = "converged", accuracy="auto",
-              reason: str | None = None, wall_seconds: float = 2.0) -> Path:
-    """One run directory with summary.json, curve.csv and config.yaml; returns the directory."""
+              reason: str | None = None, wall_seconds: float = 2.0,
+              diagnostics: dict | None = None, dead: list | None = None,
+              config: str = "") -> Path:
+    """One run directory with summary.json, curve.csv and config.yaml; returns the directory.
+    ``diagnostics``: summary fields of the diagnostics (dead_keys, phi_effective_rank, ...);
+    ``dead``: the dead keys of its diagnostics.json; ``config``: more config.yaml lines."""
     params = params or {}
     tag = "-".join(f"{k}{v}" for k, v in sorted(params.items()))
     run_id = f"{feature_map}{tag}-dkey{d_key}-ddot{d_dot}-S{n_keys}-{update_rule}-seed{seed}"
@@ -32,10 +36,12 @@ def write_run(exp_dir: Path, *, n_keys: int, loss, seed: int = 1, feature_map: s
         "update_rule": update_rule, "normalisation": "attention", "seed": seed,
         "status": status, "reason": reason, "steps": 500, "final_eval_loss": loss,
         "best_eval_loss": loss, "final_eval_accuracy": accuracy, "wall_seconds": wall_seconds,
-        "device": "cpu (synthetic)", "kernelzoo_version": "0.1.0",
+        "device": "cpu (synthetic)", "kernelzoo_version": "0.1.0", **(diagnostics or {}),
     }
     (path / "summary.json").write_text(json.dumps(summary, indent=2))
-    (path / "config.yaml").write_text(f"n_keys: {n_keys}\nseed: {seed}\n")
+    (path / "config.yaml").write_text(f"n_keys: {n_keys}\nseed: {seed}\n{config}")
+    if dead is not None:
+        (path / "diagnostics.json").write_text(json.dumps({"dead_keys": dead}))
     if loss is not None:
         with open(path / "curve.csv", "w", newline="") as f:
             writer = csv.writer(f)

@@ -13,9 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 from synthetic import write_run, write_series
 
-from kernelzoo import analyze
+from kernelzoo import analyze, stalls, tracking
+from kernelzoo.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
+                                loss_failure, seed_table)
 
 SRC = Path(analyze.__file__).resolve().parents[1]
 GRID = [20, 40, 60, 80, 100, 120]
@@ -28,7 +31,7 @@ def crossing(n_a, l_a, n_b, l_b, tau=TAU):
 
 
 def loss_rule(losses, diverged=None):
-    return analyze.loss_failure(GRID[:len(losses)], losses,
+    return loss_failure(GRID[:len(losses)], losses,
                                 diverged or [False] * len(losses), TAU)
 
 
@@ -76,19 +79,19 @@ def test_diverged_point_counts_as_failure():
 
 
 def test_accuracy_criterion_interpolates_linearly():
-    result = analyze.accuracy_failure(GRID, [1.0, 1.0, 0.995, 0.5, 0.4, 0.4], [False] * 6, 0.99)
+    result = accuracy_failure(GRID, [1.0, 1.0, 0.995, 0.5, 0.4, 0.4], [False] * 6, 0.99)
     assert result.outcome == "fails_at"
     assert result.value == pytest.approx(60 + (0.995 - 0.99) / (0.995 - 0.5) * 20)
 
 
 def test_aggregate_min_max_then_bootstrap():
-    assert analyze.aggregate([70.0, 90.0, 75.0, math.nan]) == (75.0, 70.0, 90.0)
+    assert aggregate([70.0, 90.0, 75.0, math.nan]) == (75.0, 70.0, 90.0)
     values = [60.0, 62.0, 65.0, 70.0, 71.0, 90.0]
-    median, low, high = analyze.aggregate(values)
+    median, low, high = aggregate(values)
     assert median == pytest.approx(67.5)
     assert 60 < low < median < high < 90  # a bootstrap interval, narrower than min-max
-    assert analyze.aggregate(values) == (median, low, high)  # fixed RNG seed
-    assert all(math.isnan(v) for v in analyze.aggregate([]))
+    assert aggregate(values) == (median, low, high)  # fixed RNG seed
+    assert all(math.isnan(v) for v in aggregate([]))
 
 
 def test_canonical_params_and_labels(tmp_path):
@@ -140,8 +143,8 @@ def test_capacity_table_seeds_holes_diverged_infeasible(tmp_path):
     runs, missing, corrupted = analyze.load_runs(exp)
     assert missing == ["zz-in-progress"]
     assert len(corrupted) == 1 and "zz-corrupt/summary.json" in corrupted[0]
-    seeds = analyze.seed_table(runs, TAU, 0.99)
-    table = analyze.capacity_table(runs, seeds).set_index("label")
+    seeds = seed_table(runs, TAU, 0.99)
+    table = capacity_table(runs, seeds).set_index("label")
 
     elu = table.loc["ELU+1"]
     low, high = crossing(60, 1e-4, 80, 0.3), crossing(80, 1e-4, 100, 0.3)
@@ -199,7 +202,7 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
     assert len(runs) == (6 + 6 + 5) + 3 * 6 + 6 + 6 + 1
     with open(exp / "capacity.csv") as f:
         header = next(csv.reader(f))
-    assert header[:13] == list(analyze.CAPACITY_COLUMNS) == [
+    assert header[:13] == list(CAPACITY_COLUMNS) == [
         "feature_map", "params", "d_key", "d_dot", "update_rule", "predicted_capacity", "n_seeds",
         "observed_capacity", "ci_low", "ci_high", "first_failure", "ratio", "outcome"]
     assert header[13] == "observed_capacity_acc"
@@ -208,7 +211,7 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
         "published_capacity", "published_outcome", "reference_capacity",
         "reference_outcome"]  # appended after label
     capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
-    assert capacity.shape == (5, 22)
+    assert capacity.shape == (5, 25)
     assert capacity.loc["ELU+1", "observed_capacity"] == pytest.approx(crossing(60, 1e-4, 80, 0.3))
 
     report = (exp / "report.md").read_text()
@@ -217,7 +220,8 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
                    "24,000 training steps (250 per second of run time).", "(partial sweep)", "Sweep machine: a CPU",
                    "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
                    "first failing n whose next grid point fails too", "![](loss_vs_keys.png)",
-                   "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 seeds |", "ELU+1 1.12 (fails_at)"):
+                   "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 64 | 3 seeds |", "ELU+1 1.12 (fails_at)",
+                   "No diagnostics: these runs predate them", "capacity_vs_rank: left out"):
         assert needle in report, needle
 
 
@@ -277,12 +281,11 @@ def test_wandb_failure_is_one_warning(tmp_path, monkeypatch, capsys):
         def finish(self, exit_code=0):
             BrokenRun.finished = True
 
-    monkeypatch.setattr(analyze.tracking, "start",
-                        lambda *args, **kwargs: analyze.tracking.Tracker(BrokenRun()))
-    cfg = analyze.OmegaConf.create({"experiment": "x", "results_dir": str(tmp_path),
+    monkeypatch.setattr(tracking, "start", lambda *args, **kwargs: tracking.Tracker(BrokenRun()))
+    cfg = OmegaConf.create({"experiment": "x", "results_dir": str(tmp_path),
                                     "logger": {"name": "wandb"}})
     capacity = pd.DataFrame({"label": ["ELU+1"], "observed_capacity": [71.5]})
-    analyze.log_dashboard(cfg, capacity, [])
+    tracking.log_dashboard(cfg, capacity, [])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: wandb logging failed")
     assert BrokenRun.finished
@@ -294,9 +297,9 @@ def test_one_seed_reads_as_its_bracket_and_lists_the_noise(tmp_path):
     exp = tmp_path / "results" / "one"
     write_series(exp, {20: 1e-4, 40: 0.2, 60: 1e-4, 80: 0.3, 100: 0.3})
     runs, _, _ = analyze.load_runs(exp)
-    seeds = analyze.seed_table(runs, TAU, 0.99)
+    seeds = seed_table(runs, TAU, 0.99)
     assert seeds["noise"].iloc[0] == (40.0,)
-    row = analyze.capacity_table(runs, seeds).iloc[0]
+    row = capacity_table(runs, seeds).iloc[0]
     assert (row["ci_low"], row["ci_high"]) == (60, 80)  # the bracket, not [x, x]
     proc = run_cli(["experiment=one", f"results_dir={exp.parent}", "logger=none"], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -329,7 +332,7 @@ def test_a_search_store_is_read_natively(tmp_path):
     write_search_store(exp)
     runs, _, _ = analyze.load_runs(exp)
     assert runs["probe_round"].notna().all()
-    seeds = analyze.seed_table(runs, TAU, 0.99).set_index("seed")
+    seeds = seed_table(runs, TAU, 0.99).set_index("seed")
     assert (seeds.loc[1, "last_pass"], seeds.loc[1, "first_failure"]) == (48, 56)
     assert (seeds.loc[2, "last_pass"], seeds.loc[2, "first_failure"]) == (64, 72)
     proc = run_cli(["experiment=s", f"results_dir={exp.parent}", "logger=none"], tmp_path)
@@ -343,3 +346,84 @@ def test_a_search_store_is_read_natively(tmp_path):
     assert not list(exp.glob("heatmap_*.png"))
     parquet = pd.read_parquet(exp / "runs.parquet")
     assert {"probe_round", "probe_why"} <= set(parquet.columns)
+
+
+# --- stalls: a few keys never learned where the configuration has room ------------------------
+
+DEAD = [{"key": 37, "confused_with": 12, "cause": "collides"}]
+
+
+def write_stall_store(exp: Path) -> None:
+    """ELU+1 over three seeds, all passing at 20 and 40. Seed 1 fails from 60 on (at 60 with two
+    dead keys and other errors besides: no stall); seed 3 passes up to 80 and fails at 100 (one
+    dead key and nothing else wrong, but no run passes at 100 or more: no stall); seed 2 stalls
+    at 60 and 80 (one key never learned, nothing else wrong, and seed 3 holds 80 keys), then
+    fails at 100 with many dead keys."""
+    def run(seed, n, loss, dead_keys, **kw):
+        status = "converged" if loss < 1e-3 else "plateau"
+        write_run(exp, n_keys=n, loss=loss, seed=seed, status=status,
+                  diagnostics={"dead_keys": dead_keys}, **kw)
+
+    for seed in (1, 2, 3):
+        run(seed, 20, 1e-4, 0)
+        run(seed, 40, 1e-4, 0)
+    run(1, 60, 0.05, 2, accuracy=0.9)
+    run(1, 80, 0.2, 12)
+    run(2, 60, 0.02, 1, dead=DEAD)
+    run(2, 80, 0.02, 1, dead=DEAD)
+    run(2, 100, 0.3, 20)
+    run(3, 60, 1e-4, 0)
+    run(3, 80, 1e-4, 0)
+    run(3, 100, 0.015, 1, accuracy=0.99)
+
+
+def test_a_stalled_seed_never_sets_the_failure_point(tmp_path):
+    exp = tmp_path / "results" / "st"
+    write_stall_store(exp)
+    runs, _, _ = analyze.load_runs(exp)
+    runs["stalled"] = stalls.stalled(runs, exp / "runs", TAU)
+    assert sorted(zip(*(runs.loc[runs["stalled"], k] for k in ("seed", "n_keys")))) == [
+        (2, 60), (2, 80)]
+    seeds = seed_table(runs, TAU, 0.99).set_index("seed")
+    assert (seeds.loc[2, "last_pass"], seeds.loc[2, "first_failure"]) == (40, 100)
+    assert seeds.loc[2, "noise"] == ()
+    assert (seeds.loc[1, "first_failure"], seeds.loc[3, "first_failure"]) == (60, 100)
+    observed = capacity_table(runs, seeds)["observed_capacity"].iloc[0]
+    assert observed == pytest.approx(crossing(40, 1e-4, 100, 0.3))  # seed 2 is the median
+    # counted as failures, seed 2's stalls would set the failure point: the median seed
+    counted = runs.assign(stalled=False)
+    assert capacity_table(counted, seed_table(counted, TAU, 0.99))["observed_capacity"].iloc[0] \
+        == pytest.approx(crossing(40, 1e-4, 60, 0.02))
+    rates = stalls.stall_rates(runs)
+    assert rates.to_dict("records") == [{"label": "ELU+1", "n_keys": 60, "stalled": 1, "seeds": 3},
+                                        {"label": "ELU+1", "n_keys": 80, "stalled": 1, "seeds": 3}]
+
+    proc = run_cli(["experiment=st", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = (exp / "report.md").read_text()
+    for needle in ("## Stalls", stalls.RULE.splitlines()[0], "2 of 14 runs stalled, at 2 points",
+                   "| ELU+1 | 60 | 1 of 3 | 33% |",
+                   "ELU+1, seed 2, n_keys 80: stalled: 1 key of 80 never learned (key 37, "
+                   "confused with 12: collides); final eval loss 0.02",
+                   f"ELU+1: {crossing(40, 1e-4, 60, 0.02):.3g} (fails_at) with stalls counted as "
+                   f"failures, {crossing(40, 1e-4, 100, 0.3):.3g} (fails_at) with them set aside",
+                   "is never set by a stall"):
+        assert needle in report, needle
+    table = pd.read_csv(exp / "capacity.csv")
+    assert table["observed_capacity_counting_stalls"].iloc[0] == pytest.approx(
+        crossing(40, 1e-4, 60, 0.02))
+    assert pd.read_parquet(exp / "runs.parquet")["stalled"].sum() == 2
+
+
+def test_a_stall_counts_the_keys_an_evaluation_queries(tmp_path):
+    """At 300 keys an evaluation queries keys 0..199 (trainer.eval_max_queries): three dead keys
+    and nothing else wrong read as accuracy 1 - 3/200, not 1 - 3/300."""
+    exp = tmp_path / "q"
+    for cap in (200, None):
+        write_run(exp, n_keys=300, loss=0.02, seed=1 if cap else 2, status="plateau",
+                  accuracy=1 - 3 / 200, diagnostics={"dead_keys": 3},
+                  config=f"trainer:\n  eval_max_queries: {cap}\n" if cap else "")
+    write_run(exp, n_keys=300, loss=1e-4, seed=3, diagnostics={"dead_keys": 0})
+    runs, _, _ = analyze.load_runs(exp)
+    marked = dict(zip(runs["seed"], stalls.stalled(runs, exp / "runs", TAU)))
+    assert marked == {1: True, 2: False, 3: False}

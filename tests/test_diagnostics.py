@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from kernelzoo.diagnostics import dead_keys, feature_ranks, measure, read_margins
+from kernelzoo.diagnostics import (SPREAD_MIN, VANISH_RATIO, dead_keys, feature_ranks, measure,
+                                   read_margins)
 from kernelzoo.feature_maps import build_feature_map
 from kernelzoo.model import RetrievalModel
 from kernelzoo.task import RetrievalTask
@@ -15,26 +16,35 @@ from kernelzoo.task import RetrievalTask
 S = 4
 
 
-def constructed_model(duplicate: bool) -> RetrievalModel:
-    """Identity features, keys and queries e_key (values ignored): key l is written as e_l.
-    With ``duplicate``, key 1 is written and queried as 2 e_0, on top of key 0's e_0."""
-    model = RetrievalModel(S, build_feature_map("identity", d_key=S)).double()
-    e = model.embedding.weight.shape[1]
+def constructed(keys: torch.Tensor, queries: torch.Tensor | None = None) -> RetrievalModel:
+    """Identity features: key symbol s is written as keys[s] (whatever its value) and queried
+    as queries[s] (default keys[s]). The embedding row of s holds [keys[s], queries[s]]; W_k
+    reads the first half, W_q the second."""
+    n, d = keys.shape
+    queries = keys if queries is None else queries
+    model = RetrievalModel(n, build_feature_map("identity", d_key=d),
+                           embed_factor=(d + 1) / n).double()
     with torch.no_grad():
-        model.embedding.weight.zero_()
-        model.embedding.weight[:S, :S] = torch.eye(S, dtype=torch.float64)
-        if duplicate:
-            model.embedding.weight[1, :S] = 2 * model.embedding.weight[0, :S]
-        model.W_k.weight.zero_()
-        model.W_k.weight[:, S:2 * S] = torch.eye(S, dtype=torch.float64)
-        model.W_q.weight.copy_(torch.eye(S, e, dtype=torch.float64))
-        model.W_k.bias.zero_()
-        model.W_q.bias.zero_()
+        for p in (model.embedding.weight, model.W_k.weight, model.W_k.bias, model.W_q.weight,
+                  model.W_q.bias):
+            p.zero_()
+        model.embedding.weight[:n, :d] = keys
+        model.embedding.weight[:n, d:2 * d] = queries
+        model.W_k.weight[:, n:n + d] = torch.eye(d)  # x = [onehot(value), embedding]
+        model.W_q.weight[:, d:2 * d] = torch.eye(d)
     return model
 
 
-def eval_batch():
-    return RetrievalTask(S, S, S, False, seed=3, device=torch.device("cpu")).eval_batch(20, 200)
+def constructed_model(duplicate: bool) -> RetrievalModel:
+    """Key l written and queried as e_l; with ``duplicate``, key 1 as 2 e_0, on top of key 0."""
+    keys = torch.eye(S, dtype=torch.float64)
+    if duplicate:
+        keys[1] = 2 * keys[0]
+    return constructed(keys)
+
+
+def eval_batch(n: int = S):
+    return RetrievalTask(n, n, n, False, seed=3, device=torch.device("cpu")).eval_batch(20, 200)
 
 
 def test_feature_ranks_of_orthonormal_and_rank_one_features():
@@ -50,19 +60,82 @@ def test_feature_ranks_of_orthonormal_and_rank_one_features():
 def test_orthogonal_keys_read_with_full_margin_and_full_rank():
     fields, details = measure(constructed_model(duplicate=False), eval_batch())
     assert fields["phi_rank"] == S and fields["phi_effective_rank"] == pytest.approx(S)
+    assert details["dead_keys"] == []
     assert fields["margin"] == pytest.approx(1.0) and fields["negative_margin_fraction"] == 0
     assert fields["dead_keys"] == 0
     assert details["per_key_accuracy"] == {k: 1.0 for k in range(S)}
 
 
 def test_a_key_written_on_top_of_another_is_dead_and_names_it():
-    """Key 0 is read as (v_0 + 2 v_1) / 3: always answered with key 1's value."""
+    """Key 0 is read as (v_0 + 2 v_1) / 3: always answered with key 1's value. (Keys written
+    exactly alike would both read (v_0 + v_1) / 2, a tie that argmax breaks by value order, so
+    neither would be wrong in every sequence: the duplicate is written twice as large.)"""
     fields, details = measure(constructed_model(duplicate=True), eval_batch())
     assert fields["phi_rank"] == S - 1
     assert fields["dead_keys"] == 1
-    assert details["dead_keys"] == [{"key": 0, "confused_with": 1, "sequences": 20}]
+    (dead,) = details["dead_keys"]
+    assert {k: dead[k] for k in ("key", "confused_with", "sequences")} == {
+        "key": 0, "confused_with": 1, "sequences": 20}
     assert details["per_key_accuracy"][0] == 0 and details["per_key_accuracy"][1] == 1
     assert fields["negative_margin_fraction"] == pytest.approx(1 / S)
+    # outranked by key 1's value alone, its features as large as the median: a collision
+    assert dead["margin"] == pytest.approx(1 / 3 - 2 / 3)
+    assert (dead["outranked_by"], dead["feature_norm_ratio"], dead["cause"]) == (
+        1, pytest.approx(1.0), "collides")
+
+
+SHARED = 0.1  # every written key's component along one shared direction, e_n
+
+
+def keys_with_a_shared_direction(n: int) -> torch.Tensor:
+    """Key l written as e_l + SHARED e_n (n + 1 dimensions): each read mostly by its own query,
+    a little by every other."""
+    keys = torch.eye(n, n + 1, dtype=torch.float64)
+    keys[:, n] = SHARED
+    return keys
+
+
+def test_a_key_whose_features_vanish_is_dead_for_that_reason():
+    """Key 0 written and queried at 1e-3 of its size: its own score, 1e-3^2, is below the 1e-3
+    crosstalk of every other key through the shared direction."""
+    n = 6
+    keys = keys_with_a_shared_direction(n)
+    keys[0] *= 1e-3
+    fields, details = measure(constructed(keys), eval_batch(n))
+    (dead,) = details["dead_keys"]
+    assert dead["key"] == 0 and fields["dead_keys"] == 1
+    assert dead["feature_norm_ratio"] == pytest.approx(1e-3) and 1e-3 < VANISH_RATIO
+    assert dead["cause"] == "vanishes"
+
+
+def test_a_key_whose_read_out_is_spread_is_dead_for_that_reason():
+    """Key 0 queried along the shared direction only: every other key scores SHARED, key 0
+    itself a little less, so its value is outranked by all n - 1 others."""
+    n = 6
+    keys = keys_with_a_shared_direction(n)
+    keys[0, n] = 0.9 * SHARED
+    queries = keys.clone()
+    queries[0] = torch.eye(n + 1, dtype=torch.float64)[n]
+    fields, details = measure(constructed(keys, queries), eval_batch(n))
+    (dead,) = details["dead_keys"]
+    assert dead["key"] == 0 and fields["dead_keys"] == 1
+    assert dead["outranked_by"] == n - 1 >= SPREAD_MIN
+    assert dead["feature_norm_ratio"] == pytest.approx(1.0, rel=0.01)
+    assert dead["cause"] == "spread"
+    assert dead["margin"] < 0 and fields["phi_rank"] == n
+
+
+def test_rank_of_a_map_of_known_rank():
+    """DPFP-1 at d_key 4 emits d_dot = 2 * 4 * 1 = 8 linearly independent features: 16 written
+    keys span exactly 8 dimensions, in the model as on random inputs."""
+    phi = build_feature_map("dpfp", d_key=4, nu=1)
+    assert phi.d_dot == 8
+    x = torch.randn(50, 4, generator=torch.Generator().manual_seed(0))
+    rank, effective = feature_ranks(phi(x))
+    assert rank == 8 and 1 < effective <= 8
+    torch.manual_seed(0)
+    fields, _ = measure(RetrievalModel(16, phi).double(), eval_batch(16))
+    assert fields["phi_rank"] == 8 and fields["phi_effective_rank"] <= 8
 
 
 def test_read_margins_and_dead_keys_on_tensors():
@@ -79,18 +152,6 @@ def test_softmax_has_no_feature_rank():
     model = RetrievalModel(S, build_feature_map("softmax", d_key=S)).double()
     fields, _ = measure(model, eval_batch())
     assert fields["phi_rank"] is None and math.isfinite(fields["margin"])
-
-
-def test_reports_flag_runs_that_stall_with_a_few_dead_keys():
-    import pandas as pd
-
-    from kernelzoo.report import stalls
-
-    runs = pd.DataFrame({"label": ["ELU+1"] * 3, "seed": [1, 1, 1], "n_keys": [100, 100, 40],
-                         "dead_keys": [1, 30, None], "final_eval_loss": [0.004, 0.3, 1e-4]})
-    assert stalls(runs) == ["ELU+1, seed 1, n_keys 100: stalled: 1 key of 100 never learned "
-                            "(final eval loss 0.004; which keys: its diagnostics.json)"]
-    assert stalls(runs.drop(columns="dead_keys")) == []
 
 
 def test_reports_note_configurations_whose_feature_rank_moved():

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from synthetic import write_run, write_series
 
 from kernelzoo import analyze, heatmaps, plots, published, style
+from kernelzoo.capacity import capacity_table, seed_table
 from kernelzoo.report import markdown_table
 
 TAU = 0.01
@@ -96,8 +97,8 @@ def test_no_published_column_where_no_configuration_is_the_authors(tmp_path):
     write_series(tmp_path / "q", {n: 1e-4 if n <= 60 else 0.3 for n in GRID}, d_key=16, d_dot=16)
     runs, _, _ = analyze.load_runs(tmp_path / "q")
     assert published.points(runs).empty
-    table = published.capacity_columns(analyze.capacity_table(
-        runs, analyze.seed_table(runs, TAU, 0.99)), published.points(runs), None)
+    table = published.capacity_columns(capacity_table(
+        runs, seed_table(runs, TAU, 0.99)), published.points(runs), None)
     assert table["published_outcome"].isna().all()
     assert "published" not in markdown_table(table)[0]
 

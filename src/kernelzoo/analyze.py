@@ -8,44 +8,27 @@ and, for a failure-point search, ``search.json`` (why each probe was trained), s
 ``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``, ``heatmaps.py``; PNG
 and SVG) and ``report.md`` (``report.py``) beside it, each atomically. Configurations that are
 one of the authors' Figure 2 configurations (``published.py``) also get the failure point of the
-authors' published losses by the same rule (``published_capacity``, ``published_outcome``), and
-every configuration the failure point of the committed reference runs of the same experiment
-(``reference_capacity``, ``reference_outcome``). Grids and the sparse, irregular n_keys of a
-search are read alike. Partial sweeps are analysed as far as they go; run directories without a
-summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
-sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
-report. Nothing is ever deleted. The command line is checked against
-``kernelzoo.config.AnalyzeConfig`` before anything runs.
-
-Failure-point rule (stated again in report.md)
-----------------------------------------------
-A configuration is (feature_map, params, d_key, d_dot, update_rule). For each configuration and
-seed, over n_keys ascending, a grid point fails when its final eval loss is above tau
-(``threshold``) or missing, or when the run diverged; infeasible runs are left out. The failure
-point is the first failing n whose next grid point fails too (a failure followed by a pass is
-noise; a failing last point counts alone). Between the last passing point n_a (loss l_a) and the
-failing one n_b (loss l_b), n* = n_a + (log tau - log l_a) / (log l_b - log l_a) * (n_b - n_a),
-clamped to [n_a, n_b]; losses are floored at 1e-12 and, when l_b is not finite, n* is the
-midpoint. Outcomes: "fails_at" (n*), "never_fails" (lower bound: the largest n tried),
-"fails_everywhere" (the first point already fails; upper bound: the smallest n tried) and
-"no_data". Failures below the failure point (each followed by a pass) are listed as noise.
-The accuracy criterion is the same rule with accuracy < ``accuracy_threshold``,
-interpolated linearly in accuracy. Seeds aggregate to the median of their numbers (bounds
-included) with a min-max interval below 5 seeds, else a bootstrap 95% percentile interval (RNG
-seed 0); a single seed's interval is its bracket [n_a, n_b] (a bound's, the bound itself); a configuration's outcome is its most common seed outcome (ties: fails_at, then
-fails_everywhere). Predicted capacity = the map's d_dot (null: unbounded); ratio = observed /
-predicted.
+authors' published losses by the same rule (``published_capacity``, ``published_outcome``);
+every configuration gets the failure point of the committed reference runs of the same
+experiment (``reference_capacity``, ``reference_outcome``) and the effective rank its written
+keys' features reach at its failure point (``prediction.py``: ``effective_rank_at_failure``,
+``rank_ratio``). Grids and the sparse, irregular n_keys of a search are read alike. Partial
+sweeps are analysed as far as they go; run directories without a summary, damaged files (a
+summary with wrong types, a non-numeric curve, a FIFO, an unreadable sweep.json or search.json:
+each named with what is wrong) and grid holes are listed in the report. Runs that stalled
+(``stalls.py``) are marked in runs.parquet (``stalled``), set aside by the failure-point rule
+and listed in the report. Nothing is ever deleted. The command line is checked against
+``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule is in
+``capacity.py`` (and in every report); the wandb dashboard in ``tracking.log_dashboard``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
@@ -54,23 +37,14 @@ import pandas as pd
 from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import config, plots, published, tracking
+from kernelzoo import config, plots, prediction, published, stalls, tracking
+from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
-from kernelzoo.search import LOSS_FLOOR, candidate, failing
 from kernelzoo.store import (CURVE_COLUMNS, experiment_dir, read_config_value, read_search,
                              read_summary)
 from kernelzoo.style import is_search, natural_key
 
-CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
-CAPACITY_COLUMNS = CONFIG_KEYS + (
-    "predicted_capacity", "n_seeds", "observed_capacity", "ci_low", "ci_high", "first_failure",
-    "ratio", "outcome",
-)
-EXTRA_COLUMNS = ("observed_capacity_acc", "ci_low_acc", "ci_high_acc", "first_failure_acc",
-                 "outcome_acc", "label")
-OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
-BOOTSTRAP_SAMPLES = 2000
 BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
                "relu": "ReLU", "taylor": "Taylor", "squared_relu": "ReLU²", "hedgehog": "Hedgehog",
                "t2r": "T2R", "rebased": "ReBased", "polysketch": "PolySketch",
@@ -170,119 +144,6 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
-@dataclass(frozen=True)
-class SeedResult:
-    """Failure point of one (configuration, seed) series."""
-
-    outcome: str
-    value: float          # n* for fails_at, else the bound (NaN for no_data)
-    first_failure: float  # the grid n where the rule fires (NaN if it never does)
-    last_pass: float      # the passing grid n just before it (fails_at only)
-    noise: tuple = ()     # failing n below the failure point, each followed by a pass
-
-
-def failure_point(n: np.ndarray, failing: np.ndarray, cross) -> SeedResult:
-    """The rule on one series sorted by n; ``cross(i)`` interpolates between points i-1 and i."""
-    if len(n) == 0:
-        return SeedResult("no_data", math.nan, math.nan, math.nan)
-    i = candidate(list(failing))
-    noise = tuple(float(x) for x, f in zip(n[:len(n) if i is None else i], failing) if f)
-    if i is None:
-        return SeedResult("never_fails", float(n[-1]), math.nan, math.nan, noise)
-    if i == 0:
-        return SeedResult("fails_everywhere", float(n[0]), float(n[0]), math.nan)
-    value = min(max(cross(i), n[i - 1]), n[i])
-    return SeedResult("fails_at", float(value), float(n[i]), float(n[i - 1]), noise)
-
-
-def loss_failure(n, loss, diverged, threshold: float) -> SeedResult:
-    """Loss criterion: fails when loss > threshold, missing, or diverged; log-linear crossing."""
-    n, loss = np.asarray(n, float), np.asarray(loss, float)
-
-    def cross(i):
-        if not np.isfinite(loss[i]):
-            return (n[i - 1] + n[i]) / 2
-        la, lb = np.log10(max(loss[i - 1], LOSS_FLOOR)), np.log10(loss[i])
-        return n[i - 1] + (np.log10(threshold) - la) / (lb - la) * (n[i] - n[i - 1])
-
-    return failure_point(n, failing(loss, diverged, threshold), cross)
-
-
-def accuracy_failure(n, accuracy, diverged, threshold: float) -> SeedResult:
-    """Accuracy criterion: fails when accuracy < threshold, missing, or diverged; linear."""
-    n, acc = np.asarray(n, float), np.asarray(accuracy, float)
-    fails = np.asarray(diverged, bool) | ~(acc >= threshold)
-
-    def cross(i):
-        if not np.isfinite(acc[i]):
-            return (n[i - 1] + n[i]) / 2
-        return n[i - 1] + (acc[i - 1] - threshold) / (acc[i - 1] - acc[i]) * (n[i] - n[i - 1])
-
-    return failure_point(n, fails, cross)
-
-
-def aggregate(values) -> tuple[float, float, float]:
-    """(median, low, high): min-max below 5 values, else a bootstrap 95% percentile interval."""
-    values = np.asarray([v for v in values if not math.isnan(v)], float)
-    if len(values) == 0:
-        return math.nan, math.nan, math.nan
-    if len(values) < 5:
-        return float(np.median(values)), float(values.min()), float(values.max())
-    draws = np.random.default_rng(0).choice(values, size=(BOOTSTRAP_SAMPLES, len(values)))
-    low, high = np.percentile(np.median(draws, axis=1), [2.5, 97.5])
-    return float(np.median(values)), float(low), float(high)
-
-
-def combine(outcomes) -> str:
-    """The most common seed outcome (ties in the order of OUTCOMES); no_data if none has data."""
-    counts = Counter(o for o in outcomes if o != "no_data")
-    if not counts:
-        return "no_data"
-    return max(OUTCOMES, key=lambda o: (counts[o], -OUTCOMES.index(o)))
-
-
-def seed_table(runs: pd.DataFrame, threshold: float, accuracy_threshold: float) -> pd.DataFrame:
-    """One row per (label, seed): both criteria's SeedResults; infeasible points left out."""
-    rows = []
-    for (label, seed), group in runs.groupby(["label", "seed"], sort=True):
-        series = group[group["status"] != "infeasible"].sort_values("n_keys")
-        diverged = series["status"].eq("diverged")
-        loss = loss_failure(series["n_keys"], series["final_eval_loss"], diverged, threshold)
-        acc = accuracy_failure(series["n_keys"], series["final_eval_accuracy"], diverged,
-                               accuracy_threshold)
-        rows.append({"label": label, "seed": seed, **vars(loss),
-                     **{f"{k}_acc": v for k, v in vars(acc).items()}})
-    return pd.DataFrame(rows)
-
-
-def capacity_table(runs: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration with the columns of CAPACITY_COLUMNS + EXTRA_COLUMNS."""
-    rows = []
-    for label, group in seeds.groupby("label"):
-        first = runs[runs["label"] == label].iloc[0]
-        observed, low, high = aggregate(group["value"])
-        if len(group) == 1 and group["outcome"].iloc[0] == "fails_at":  # its bracket
-            low, high = group["last_pass"].iloc[0], group["first_failure"].iloc[0]
-        observed_acc, low_acc, high_acc = aggregate(group["value_acc"])
-        predicted = first["predicted_capacity"]
-        rows.append({
-            **{k: first[k] for k in CONFIG_KEYS}, "predicted_capacity": predicted,
-            "n_seeds": int((group["outcome"] != "no_data").sum()),
-            "observed_capacity": observed, "ci_low": low, "ci_high": high,
-            "first_failure": aggregate(group["first_failure"])[0],
-            "ratio": math.nan if pd.isna(predicted) else observed / predicted,
-            "outcome": combine(group["outcome"]),
-            "observed_capacity_acc": observed_acc, "ci_low_acc": low_acc, "ci_high_acc": high_acc,
-            "first_failure_acc": aggregate(group["first_failure_acc"])[0],
-            "outcome_acc": combine(group["outcome_acc"]), "label": label,
-        })
-    table = pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS + EXTRA_COLUMNS))
-    for key in ("d_dot", "predicted_capacity"):
-        table[key] = table[key].astype("Int64")
-    order = sorted(range(len(table)), key=lambda i: natural_key(table["label"].iloc[i]))
-    return table.iloc[order].reset_index(drop=True)
-
-
 def grid_holes(runs: pd.DataFrame) -> list[str]:
     """(configuration, seed) pairs lacking an n_keys that the configuration has for another seed,
     or a seed of the experiment altogether (each configuration may have its own key grid)."""
@@ -333,28 +194,6 @@ def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def log_dashboard(cfg: DictConfig, capacity: pd.DataFrame, figures: list[Path]) -> None:
-    """Log the table and the figures to wandb; a failure is one warning line, nothing more."""
-    tracker = tracking.start(
-        True, cfg.results_dir, project=cfg.logger.get("project") or tracking.PROJECT,
-        entity=cfg.logger.get("entity"), group=cfg.experiment, name=f"{cfg.experiment}-analysis",
-        config=OmegaConf.to_container(cfg), job_type="analysis")
-    if tracker.run is None:
-        return
-    try:
-        import wandb
-
-        table = capacity.astype(object).where(capacity.notna(), None)
-        tracker.run.log({"capacity": wandb.Table(dataframe=table),
-                         **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures}})
-        tracker.finish()
-    except Exception as err:  # the dashboard is a view: local outputs are already complete
-        print(f"warning: wandb logging failed ({type(err).__name__}: {err}); "
-              "the local outputs are complete", file=sys.stderr)
-        with contextlib.suppress(Exception):
-            tracker.finish(exit_code=1)
-
-
 def analyze(cfg: DictConfig) -> None:
     """Load, compute failure points, write runs.parquet, capacity.csv, figures and report.md."""
     exp_dir = experiment_dir(cfg.results_dir, cfg.experiment)
@@ -365,11 +204,17 @@ def analyze(cfg: DictConfig) -> None:
         print(f"nothing to analyse in {exp_dir / 'runs'}: {len(missing)} runs without summary, "
               f"{len(damaged)} damaged", file=sys.stderr)
         return
+    runs["stalled"] = stalls.stalled(runs, exp_dir / "runs", cfg.threshold)
     atomic_write(exp_dir / "runs.parquet", lambda f: runs.to_parquet(f, index=False))
     seeds = seed_table(runs, cfg.threshold, cfg.accuracy_threshold)
+    counted = runs.assign(stalled=False)  # the same runs with their stalls counted as failures
+    counted = capacity_table(counted, seed_table(counted, cfg.threshold, cfg.accuracy_threshold))
+    table = capacity_table(runs, seeds)
+    table.insert(table.columns.get_loc("label"), "observed_capacity_counting_stalls",
+                 table["label"].map(counted.set_index("label")["observed_capacity"]))
     points = published.points(runs)
     capacity = published.capacity_columns(
-        capacity_table(runs, seeds), points,
+        prediction.add_columns(table, runs, seeds), points,
         lambda n, loss: loss_failure(n, loss, np.zeros(len(n), bool), cfg.threshold))
     reference = experiment_dir(cfg.get("reference_dir") or exp_dir.parent, cfg.experiment)
     capacity = published.reference_columns(
@@ -379,15 +224,15 @@ def analyze(cfg: DictConfig) -> None:
     curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
     figures, omitted = plots.all_figures(runs, capacity, points, curves, exp_dir, cfg.threshold,
                                          cfg.accuracy_threshold, search)
-    report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, missing,
-                                   damaged, None if search else grid_holes(runs), figures,
-                                   omitted, cfg.threshold, cfg.accuracy_threshold,
-                                   rule=__doc__.partition("---\n")[2].strip())
+    report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, counted,
+                                   missing, damaged, None if search else grid_holes(runs),
+                                   figures, omitted, cfg.threshold, cfg.accuracy_threshold,
+                                   rule=RULE)
     for line in damaged:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {len(runs)} runs of {cfg.experiment} -> {report}")
     if cfg.logger.get("name") != "none":
-        log_dashboard(cfg, capacity, figures)
+        tracking.log_dashboard(cfg, capacity, figures)
 
 
 def _experiments(results_dir: str) -> str:

@@ -13,6 +13,13 @@
 - ``dead_keys``: key symbols answered wrong in every evaluation sequence that queries them,
   each with the key it is confused with (the key paired, in that sequence, with the value most
   often answered instead); ``per_key_accuracy``: the accuracy of every key symbol.
+- Why each dead key is dead (``describe_dead``): its ``margin`` (mean over its queries),
+  ``outranked_by`` (mean number of values read above its right one) and
+  ``feature_norm_ratio`` (||phi(k)|| of its written key over the median of its sequence's
+  written keys', mean over the sequences holding it; None for softmax). ``cause``: "vanishes"
+  when that ratio is below ``VANISH_RATIO`` (its features are too small to be read), else
+  "spread" when ``outranked_by`` >= ``SPREAD_MIN`` (its read-out is lost among many
+  near-equal scores), else "collides" (one or two values win: the key it is confused with).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from collections import Counter
 import torch
 
 RANK_RTOL = 1e-5  # a singular value below this times the largest counts as zero
+VANISH_RATIO = 0.1  # a written key's ||phi(k)|| below this times its sequence's median: vanished
+SPREAD_MIN = 3  # a dead key's right value outranked by this many values or more: spread
 FIELDS = ("phi_rank", "phi_effective_rank", "phi_rank_initial", "phi_effective_rank_initial",
           "margin", "negative_margin_fraction", "dead_keys")
 
@@ -38,11 +47,15 @@ def feature_ranks(features: torch.Tensor) -> tuple[float, float]:
     return float(rank), float(torch.exp(-(p * p.log()).sum()))
 
 
+def _margins(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """y[target] - max over the other values, per query (B, Q)."""
+    correct = y.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return correct - y.scatter(-1, target.unsqueeze(-1), -math.inf).amax(-1)
+
+
 def read_margins(y: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """margin = y[target] - max over the other values, for the real queries (flat)."""
-    correct = y.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    others = y.scatter(-1, target.unsqueeze(-1), -math.inf).amax(-1)
-    return (correct - others)[mask]
+    return _margins(y, target)[mask]
 
 
 def dead_keys(query, target, predicted, values, keys, mask) -> tuple[list[dict], dict]:
@@ -68,15 +81,53 @@ def dead_keys(query, target, predicted, values, keys, mask) -> tuple[list[dict],
     return dead, accuracy
 
 
+def describe_dead(dead: list[dict], y, target, query, mask, keys, features) -> list[dict]:
+    """``dead`` (from ``dead_keys``) with margin, outranked_by, feature_norm_ratio and cause
+    (module docstring). y (B, Q, S); target, query, mask (B, Q); keys (B, L); features
+    (B, L, d_dot) from ``written_features``, or None (softmax)."""
+    margins = _margins(y, target)
+    outranked = (y > y.gather(-1, target.unsqueeze(-1))).sum(-1).double()
+    relative = None
+    if features is not None:
+        norms = features.double().norm(dim=-1)
+        median = norms.median(dim=1, keepdim=True).values
+        relative = torch.where(median > 0, norms / median.clamp(min=1e-300), math.nan)
+    described = []
+    for entry in dead:
+        asked, held = (query == entry["key"]) & mask, keys == entry["key"]
+        ratio = float(relative[held].mean()) if relative is not None and held.any() else None
+        ratio = ratio if ratio is not None and math.isfinite(ratio) else None
+        behind = float(outranked[asked].mean())
+        cause = ("vanishes" if ratio is not None and ratio < VANISH_RATIO
+                 else "spread" if behind >= SPREAD_MIN else "collides")
+        described.append({**entry, "margin": float(margins[asked].mean()), "outranked_by": behind,
+                          "feature_norm_ratio": ratio, "cause": cause})
+    return described
+
+
 @torch.no_grad()
+def written_features(model, batch) -> torch.Tensor | None:
+    """phi(k_l) of every written key (B, L, d_dot), one sequence at a time; None for softmax.
+    Draws nothing: no projection is redrawn, no generator advanced."""
+    if model.softmax:
+        return None
+    k, _, _ = model.keys_and_query(batch.keys, batch.values, batch.query[:, :1])
+    return torch.cat([model.phi(k[b:b + 1]) for b in range(k.shape[0])])
+
+
+def mean_ranks(features: torch.Tensor | None) -> tuple[float | None, float | None]:
+    """Mean (rank, effective rank) over the sequences of ``written_features``; None, None for
+    softmax (None)."""
+    if features is None:
+        return None, None
+    ranks = [feature_ranks(f) for f in features]
+    return sum(r for r, _ in ranks) / len(ranks), sum(e for _, e in ranks) / len(ranks)
+
+
 def feature_ranks_of(model, batch) -> tuple[float | None, float | None]:
     """Mean (rank, effective rank) of the written keys' features over the batch's sequences;
-    None for softmax. Draws nothing: no projection is redrawn, no generator advanced."""
-    if model.softmax:
-        return None, None
-    k, _, _ = model.keys_and_query(batch.keys, batch.values, batch.query[:, :1])
-    ranks = [feature_ranks(model.phi(k[b:b + 1]).squeeze(0)) for b in range(k.shape[0])]
-    return sum(r for r, _ in ranks) / len(ranks), sum(e for _, e in ranks) / len(ranks)
+    None for softmax."""
+    return mean_ranks(written_features(model, batch))
 
 
 @torch.no_grad()
@@ -88,7 +139,8 @@ def measure(model, batch, initial=(None, None)) -> tuple[dict, dict]:
     model.eval()
     y = model(batch.keys, batch.values, batch.query)
     margins = read_margins(y.double(), batch.target, batch.mask)
-    rank, effective = feature_ranks_of(model, batch)
+    features = written_features(model, batch)
+    rank, effective = mean_ranks(features)
     fields = {"phi_rank": rank, "phi_effective_rank": effective,
               "phi_rank_initial": initial[0], "phi_effective_rank_initial": initial[1],
               "margin": float(margins.mean()) if margins.numel() else None,
@@ -96,6 +148,8 @@ def measure(model, batch, initial=(None, None)) -> tuple[dict, dict]:
               if margins.numel() else None}
     dead, accuracy = dead_keys(batch.query, batch.target, y.argmax(-1), batch.values,
                                batch.keys, batch.mask)
+    dead = describe_dead(dead, y.double(), batch.target, batch.query, batch.mask, batch.keys,
+                         features)
     fields["dead_keys"] = len(dead)
     model.train(was_training)
     return fields, {"dead_keys": dead, "per_key_accuracy": accuracy,

@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from kernelzoo.heatmaps import heatmaps
+from kernelzoo.prediction import compare, compared
 from kernelzoo.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
                              config_colors, dkey, is_search, legend, natural, save)
 
@@ -173,6 +174,21 @@ def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float
     return save(fig, out_dir / "accuracy_vs_keys.png")
 
 
+def _log_square(ax, values: pd.Series) -> None:
+    """Both axes log scale over the values' range (a factor 1.5 of margin), powers of 2 as
+    ticks, and the dotted line y = x."""
+    low, high = values.min() / 1.5, values.max() * 1.5
+    ax.plot([low, high], [low, high], "k:", lw=1)
+    ticks = 2.0 ** np.arange(np.floor(np.log2(low)), np.ceil(np.log2(high)) + 1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+
+
 def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float,
                           out_dir: Path) -> Path:
     """Observed against predicted capacity (log-log) with y = x: each configuration's failure
@@ -196,18 +212,8 @@ def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float
         ax.text(0.5, 0.5, "no configuration with a bounded prediction and data",
                 ha="center", va="center", transform=ax.transAxes)
         return save(fig, out_dir / "observed_vs_predicted.png")
-    values = pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
-                        rows["ci_high"], rows["published_capacity"].dropna()])
-    low, high = values.min() / 1.5, values.max() * 1.5
-    ax.plot([low, high], [low, high], "k:", lw=1)
-    ticks = 2.0 ** np.arange(np.floor(np.log2(low)), np.ceil(np.log2(high)) + 1)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
-        axis.set_minor_formatter(NullFormatter())
-    ax.set_xlim(low, high)
-    ax.set_ylim(low, high)
+    _log_square(ax, pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
+                               rows["ci_high"], rows["published_capacity"].dropna()]))
     handles = ax.get_legend_handles_labels()[0] + [
         Line2D([], [], ls="none", marker=OUTCOME_MARKERS[o], color="grey", label=words)
         for o, words in OUTCOME_WORDS.items() if (rows["outcome"] == o).any()]
@@ -217,6 +223,36 @@ def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float
                               label=f"hollow: {PUBLISHED_LABEL}, same rule"))
     legend(ax, handles)
     return save(fig, out_dir / "observed_vs_predicted.png")
+
+
+def capacity_vs_rank(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> Path:
+    """The refined prediction (``prediction.py``): each failure point against d_dot (left) and
+    against the effective rank of the written keys' features at the failure point (right),
+    log-log with y = x, with its bracket or interval over seeds; the configurations that fail at
+    a point with a bounded d_dot and an effective rank. Each panel's title gives the mean
+    |ln(n* / predictor)| over them."""
+    rows, comparison = compared(capacity), compare(capacity)
+    fig = Figure(figsize=(11, 4.8), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    span = pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"], rows["ci_high"],
+                      rows["effective_rank_at_failure"]])
+    for ax, column, name, score in (
+            (axes[0], "predicted_capacity", "d_dot", comparison.by_d_dot),
+            (axes[1], "effective_rank_at_failure", "effective rank at the failure point",
+             comparison.by_rank)):
+        for r in rows.itertuples():
+            y = r.observed_capacity
+            ax.errorbar(float(getattr(r, column)), y, yerr=[[y - r.ci_low], [r.ci_high - y]],
+                        fmt="o", ms=7, capsize=3, color=colors[r.label], label=r.label)
+        _log_square(ax, span)
+        ax.set_xlabel(f"{name} (log)")
+        ax.set_title(f"against {name}: mean |ln(n* / x)| = {score:.3f}", fontsize=9)
+    axes[0].set_ylabel("observed failure point n* (log)")
+    fig.suptitle(f"Which predicts the failure point better, d_dot or the effective rank? "
+                 f"{comparison.n} configurations ({dkey(capacity['d_key'])}); dotted: y = x",
+                 fontsize=10)
+    legend(axes[1])
+    return save(fig, out_dir / "capacity_vs_rank.png")
 
 
 def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: Path) -> Path:
@@ -295,12 +331,18 @@ def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFr
                 curve_table: pd.DataFrame, out_dir: Path, threshold: float,
                 accuracy_threshold: float, search: bool = False) -> tuple[list[Path], list[str]]:
     """Every figure of the analysis in report order, one colour per configuration, and one
-    line per heatmap left out (why). A search's sparse probes have no grid for heatmaps."""
+    line per figure left out (why). A search's sparse probes have no grid for heatmaps;
+    ``capacity_vs_rank`` needs a configuration that fails at a point with diagnostics."""
     colors = config_colors(capacity["label"])
     maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
+    ranked = not compared(capacity).empty
+    if not ranked:
+        omitted.append("capacity_vs_rank: left out, as no configuration fails at a point with a "
+                       "bounded d_dot and an effective rank (diagnostics)")
     return [
         loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
+        *([capacity_vs_rank(capacity, colors, out_dir)] if ranked else []),
         *([capacity_efficiency(capacity, colors, out_dir)]
           if len(efficiency_order(capacity)) >= 2 else []),
         *maps,

@@ -3,8 +3,10 @@
 Sections: what was run (runs, steps, wall time, machine, sweep invocations), the failure-point
 rule, the capacity table (each failure point with its honest bracket or interval and, for the
 authors' own configurations, the failure point of their published losses), the comparison with
-the paper, the search's probes (for ``search=bisect``: which n_keys were trained and why), what
-is missing or was treated as noise, and the figures (PNG embedded, SVG linked, one caption each).
+the paper, capacity efficiency, the feature rank during training, the refined prediction
+(effective rank at the failure point against d_dot), the stalls, the search's probes (for
+``search=bisect``: which n_keys were trained and why), what is missing or was treated as noise or
+set aside, and the figures (PNG embedded, SVG linked, one caption each).
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from kernelzoo import prediction
 from kernelzoo.files import StoreError, atomic_write_text
 from kernelzoo.plots import efficiency_order
+from kernelzoo.stalls import RULE as STALL_RULE
+from kernelzoo.stalls import has_diagnostics, moved, stall_lines, stall_rates
 from kernelzoo.store import read_sweep, trained_points
 from kernelzoo.style import natural, natural_key
 
@@ -111,6 +116,9 @@ CAPTIONS = {
     "curves": "Eval loss during training of the runs just below and above each failure point, "
               "with tau and the trainer's stop threshold.",
     "accuracy_vs_keys": "Retrieval accuracy against the number of keys.",
+    "capacity_vs_rank": "Each failure point against d_dot (left) and against the effective rank "
+                        "of the written keys' features at the failure point (right), with its "
+                        "bracket or interval over seeds; the dotted line is y = x.",
 }
 
 
@@ -178,7 +186,7 @@ def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -
              f"{len(probes)} probes over {probes.groupby(['label', 'seed']).ngroups} "
              "configuration x seed series; the strategy is in `src/kernelzoo/search.py`. "
              "A probe fails when its run diverged or its final eval loss is missing or above "
-             f"tau = {threshold:g}.", ""]
+             f"tau = {threshold:g}; a stalled one (see Stalls) is set aside where it fails.", ""]
     for label in sorted(probes["label"].unique(), key=natural_key):
         group = probes[probes["label"] == label].sort_values(["seed", "probe_round", "n_keys"])
         row = capacity[capacity["label"] == label].iloc[0]
@@ -192,6 +200,7 @@ def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -
             else:
                 result = "fails" if r.status == "diverged" or not r.final_eval_loss <= threshold \
                     else "passes"
+                result += " (stalled)" if r.stalled else ""
             lines.append(f"| {r.seed} | {int(r.probe_round)} | {r.n_keys} | {r.probe_why} | "
                          f"{_cell(r.final_eval_loss, 4)} | {result} |")
         lines.append("")
@@ -215,20 +224,54 @@ def noise(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[str]:
     return items
 
 
-STALL_FRACTION = 0.05  # at most this share of the keys dead, the rest right: a stall
+def prediction_section(runs: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
+    """Effective rank at the failure point against d_dot as the predictor (``prediction.py``)."""
+    lines = ["## Refined prediction: the effective rank at the failure point", ""]
+    if not has_diagnostics(runs):
+        return lines + ["No diagnostics: these runs predate them (no effective rank in their "
+                        "summaries), so only d_dot predicts the failure points.", ""]
+    rows = prediction.compared(capacity)
+    lines += ["Does the effective rank of the written keys' features (diagnostics), reached at the "
+              "failure point, predict it better than d_dot? `effective_rank_at_failure` "
+              "(capacity.csv): per seed that fails at a point, the effective rank of its runs at "
+              "the last pass and the first failure, interpolated at its failure point; the mean "
+              "over those seeds. It is measured on the n_keys written keys of the trained model, "
+              "so it can exceed neither n_keys nor d_dot: at the failure point it sits at or "
+              "below the failure point by construction (failure point / effective rank >= 1, "
+              "up to the interpolation). A small |ln| says the written features are still "
+              "spread evenly where the memory fails, not that the rank was known beforehand; "
+              "a large one, that they collapsed well before.", "",
+              f"Comparison {prediction.compare(capacity).words()}.", ""]
+    if rows.empty:
+        return lines
+    lines += ["| configuration | d_dot | failure point | effective rank at failure | "
+              "failure point / d_dot | failure point / effective rank |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.label} | {r.predicted_capacity} | {r.observed_capacity:.3g} | "
+              f"{r.effective_rank_at_failure:.3g} | {r.ratio:.2f} | {r.rank_ratio:.2f} |"
+              for r in rows.itertuples()]
+    return lines + [""]
 
 
-def stalls(runs: pd.DataFrame) -> list[str]:
-    """Runs that end with a few dead keys (diagnostics.py) and every other key right: a stall
-    of the optimisation, not a memory over capacity (whose errors spread over many keys)."""
-    if "dead_keys" not in runs:
-        return []
-    dead = runs["dead_keys"].astype(float)
-    few = (dead >= 1) & (dead <= (STALL_FRACTION * runs["n_keys"]).clip(lower=1))
-    return [f"{r.label}, seed {r.seed}, n_keys {r.n_keys}: stalled: {int(r.dead_keys)} key"
-            f"{'' if r.dead_keys == 1 else 's'} of {r.n_keys} never learned (final eval loss "
-            f"{_cell(r.final_eval_loss, 3)}; which keys: its diagnostics.json)"
-            for r in runs[few].itertuples()]
+def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, counted: pd.DataFrame) -> list[str]:
+    """The stall rule, the stall rate of every point with a stalled run, and the failure points
+    that setting stalls aside moved (``counted``: the capacity table with stalls as failures)."""
+    lines = ["## Stalls", ""]
+    if not has_diagnostics(runs):
+        return lines + ["No diagnostics: these runs predate them (no dead_keys in their "
+                        "summaries), so no run can be told stalled and every failure counts.", ""]
+    rates = stall_rates(runs)
+    lines += [STALL_RULE, ""]
+    if rates.empty:
+        return lines + ["No run stalled.", ""]
+    lines += [f"{int(runs['stalled'].sum())} of {len(runs)} runs stalled, at {len(rates)} points "
+              f"of {rates['label'].nunique()} configurations (each run is listed under \"What is "
+              "missing or was set aside\").", "",
+              "| configuration | n_keys | stalled seeds | stall rate |", "|---|---|---|---|"]
+    lines += [f"| {r.label} | {r.n_keys} | {r.stalled} of {r.seeds} | {r.stalled / r.seeds:.0%} |"
+              for r in rates.itertuples()]
+    shifted = moved(capacity, counted)
+    return lines + ["", "Failure points that setting the stalls aside moved: "
+                    + ("; ".join(shifted) if shifted else "none") + ".", ""]
 
 
 def sweep_lines(history: dict, n_runs: int) -> list[str]:
@@ -251,11 +294,13 @@ def sweep_lines(history: dict, n_runs: int) -> list[str]:
 
 
 def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
-                 capacity: pd.DataFrame, missing: list[str], damaged: list[str],
-                 holes: list[str], figures: list[Path], omitted: list[str], threshold: float,
-                 accuracy_threshold: float, rule: str) -> tuple[Path, list[str]]:
-    """``report.md``: what ran where, the rule, the table, the probes, what is missing; with
-    every damaged file listed (``damaged`` and an unreadable sweep.json: returned too)."""
+                 capacity: pd.DataFrame, counted: pd.DataFrame, missing: list[str],
+                 damaged: list[str], holes: list[str], figures: list[Path], omitted: list[str],
+                 threshold: float, accuracy_threshold: float,
+                 rule: str) -> tuple[Path, list[str]]:
+    """``report.md``: what ran where, the rule, the table, the stalls, the probes, what is
+    missing; with every damaged file listed (``damaged``, an unreadable sweep.json and
+    diagnostics.json: returned too). ``counted``: the capacity table with stalls as failures."""
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
     steps = int(runs["steps"].fillna(0).sum())
@@ -303,11 +348,14 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                   "authors' losses): " + "; ".join(f"{r.label} {observed(r)} against "
                                                     f"{published(r)}"
                                                     for r in theirs.itertuples()) + "."]
-    lines += ["", *efficiency_table(capacity), *rank_changes(runs)]
+    lines += ["", *efficiency_table(capacity), *rank_changes(runs),
+              *prediction_section(runs, capacity), *stall_section(runs, capacity, counted)]
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]
     infeasible = runs[runs["status"] == "infeasible"]
+    stalled, unreadable = stall_lines(runs, exp_dir / "runs")
+    damaged = [*damaged, *unreadable]
     mixed = [f"{label}: " + ", ".join(f"seed {s.seed} {s.outcome}" for s in g.itertuples())
              for label, g in seeds.groupby("label") if g["outcome"].nunique() > 1]
     for title, items in (
@@ -317,7 +365,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                                                f"{r.reason}" for r in infeasible.itertuples()]),
             ("Isolated failures treated as noise (a failure followed by a pass)",
              noise(runs, seeds)),
-            ("Runs that stalled with a few keys never learned (diagnostics)", stalls(runs)),
+            ("Runs that stalled (see Stalls: set aside where they fail)", stalled),
             ("Grid holes (each configuration's n_keys x the experiment's seeds)", holes),
             ("Configurations whose seeds disagree on the outcome", mixed)):
         if items is not None:

@@ -10,11 +10,13 @@ seconds; the first failure warns once and leaves a marker, ``<results_dir>/wandb
 that sends every later run of the sweep (other workers included) and the analysis offline for
 ``OFFLINE_FOR`` seconds. A sweep checks afresh when it starts (``check_server``). A run that
 still cannot start wandb warns and goes on untracked: the local results store is the source of
-truth, wandb only a view of it.
+truth, wandb only a view of it. ``log_dashboard`` logs an analysis (its capacity table and
+figures) as one run of the experiment's group.
 """
 
 from __future__ import annotations
 
+import contextlib
 import netrc
 import os
 import socket
@@ -24,6 +26,8 @@ import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
+
+from omegaconf import OmegaConf
 
 from . import files
 
@@ -198,3 +202,27 @@ def start(
     where = run.dir if mode == "offline" else getattr(run, "url", None) or run.dir
     echo(f"wandb: {mode} ({why}) -> {where}")
     return Tracker(run)
+
+
+def log_dashboard(cfg, capacity, figures: list[Path]) -> None:
+    """Log an analysis' capacity table (a DataFrame) and figures (PNG paths) to wandb as one
+    ``analysis`` run of the experiment's group; ``cfg`` is the analysis config. A failure is
+    one warning line, nothing more."""
+    tracker = start(
+        True, cfg.results_dir, project=cfg.logger.get("project") or PROJECT,
+        entity=cfg.logger.get("entity"), group=cfg.experiment, name=f"{cfg.experiment}-analysis",
+        config=OmegaConf.to_container(cfg), job_type="analysis")
+    if tracker.run is None:
+        return
+    try:
+        import wandb
+
+        table = capacity.astype(object).where(capacity.notna(), None)
+        tracker.run.log({"capacity": wandb.Table(dataframe=table),
+                         **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures}})
+        tracker.finish()
+    except Exception as err:  # the dashboard is a view: local outputs are already complete
+        print(f"warning: wandb logging failed ({type(err).__name__}: {err}); "
+              "the local outputs are complete", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            tracker.finish(exit_code=1)
