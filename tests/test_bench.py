@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from kernelzoo import bench
+from kernelzoo import bench, bench_pack
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -57,13 +57,13 @@ def test_sweep_targets_read_each_sweep_json(tmp_path):
         {"points": 240, "wall_seconds": 6861.0, "outcomes": {"skipped": 80, "plateau": 160},
          "machine": "a CPU"}]}))
     quick, figure2 = bench.sweep_targets(tmp_path)
-    assert quick == f"`quick` sweep in at most 5 min: no sweep recorded in {tmp_path / 'quick'}"
-    assert figure2 == ("`figure2` sweep in at most 60 min: NOT met (129 min for 240 trained points "
+    assert quick == f"`quick` sweep in at most 45 s: no sweep recorded in {tmp_path / 'quick'}"
+    assert figure2 == ("`figure2` sweep in at most 75 min: NOT met (129 min for 240 trained points "
                        "over 2 invocation(s) on a CPU)")
     (tmp_path / "quick").mkdir()
-    (tmp_path / "quick" / "sweep.json").write_text(json.dumps({"wall_seconds": 91.8, "invocations": [
-        {"points": 32, "wall_seconds": 91.8}]}))
-    assert bench.sweep_targets(tmp_path)[0] == ("`quick` sweep in at most 5 min: met (2 min for 32 "
+    (tmp_path / "quick" / "sweep.json").write_text(json.dumps({"wall_seconds": 41.8, "invocations": [
+        {"points": 32, "wall_seconds": 41.8}]}))
+    assert bench.sweep_targets(tmp_path)[0] == ("`quick` sweep in at most 45 s: met (42 s for 32 "
                                                 "trained points over 1 invocation(s) on an "
                                                 "unrecorded machine)")
 
@@ -72,7 +72,12 @@ def test_case_lists():
     full, quick = bench.cases(), bench.cases(quick=True)
     assert {"case": "train_step", "feature_map": "dpfp-3", "n_keys": 600} in quick
     assert any(r["case"] == "eval" for r in quick)
-    assert len(full) == len(bench.MAPS) * 7 + 2
+    assert len(full) == len(bench.MAPS) * 7 + 2 + len(bench_pack.cases())
+    packed = [r for r in full if r["case"] == "packed"]
+    assert {(r["feature_map"], r["n_keys"]) for r in packed} == {
+        (fm, s) for fm in ("linear", "dpfp-2") for s in (20, 100, 300, 600)}
+    assert {(r["pack"], r["compile"]) for r in packed} == {(1, True), (8, False), (8, True),
+                                                           (32, False), (32, True)}
     assert {r["feature_map"] for r in full} == set(bench.MAPS)
 
 
@@ -207,3 +212,14 @@ def test_favor_scores_in_float32_where_features_underflow():
         scale = b.abs().max().item()
         assert scale > 0
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * scale)
+
+
+def test_packed_rows_time_the_pack_against_one_run_alone():
+    """A packed row is per run-step: K runs' step / K against one run's eager step."""
+    row = {"case": "packed", "feature_map": "linear", "n_keys": 20, "pack": 4, "compile": False}
+    out = bench_pack.run_row(row, torch.device("cpu"), "cpu", bench.best_ms, 0.05)
+    assert out["d_dot"] == 64 and math.isnan(out["compile_s"])
+    assert out["ratio"] == pytest.approx(out["baseline_ms"] / out["kernelzoo_ms"])
+    assert 0 < out["kernelzoo_ms"] < 50 and 0 < out["baseline_ms"] < 50
+    lines = bench_pack.targets([{**out, "pack": 8}])
+    assert lines[0].startswith("packed engine as auto chooses (pack 8, eager) at n_keys 20 >= 3x: ")

@@ -29,6 +29,7 @@ from hydra import compose, initialize_config_dir
 from kernelzoo import config, store
 from kernelzoo import train as train_module
 from kernelzoo.model import RetrievalModel
+from kernelzoo.pack import Pack
 
 ANALYZE_MISSING = not (REPO / "src" / "kernelzoo" / "analyze.py").is_file()
 SUITE_MAX_LINES = 5   # a message of the suite's own validation (exit 2)
@@ -39,8 +40,9 @@ STEP_REASON = re.compile(r"non-finite (train|eval) loss at step (\d+)")
 # ================================================================== helpers
 
 def summary_of(ret):
-    """train.run returns the summary, or (run_id, summary) in newer versions."""
-    return ret[1] if isinstance(ret, tuple) else ret
+    """train.run returns (run_id, summary) for each run of the job; these jobs are one run."""
+    ((_, summary),) = ret
+    return summary
 
 
 def compose_cfg(results: Path, *overrides):
@@ -538,17 +540,20 @@ def test_all_zero_features_under_every_normalisation(tmp_path, memory, diverges)
 
 
 def _inject_nan(monkeypatch, *, training: bool, at_call: int):
-    original, calls = RetrievalModel.forward, [0]
+    """NaN out the at_call-th training step (the pack's forward: a run alone is a pack of one)
+    or evaluation (the run's own model)."""
+    cls, name = (Pack, "_forward") if training else (RetrievalModel, "forward")
+    original, calls = getattr(cls, name), [0]
 
-    def forward(self, keys, values, query):
-        y = original(self, keys, values, query)
-        if self.training == training:
+    def forward(self, *args):
+        y = original(self, *args)
+        if training or not self.training:
             calls[0] += 1
             if calls[0] == at_call:
                 y = y * float("nan")
         return y
 
-    monkeypatch.setattr(RetrievalModel, "forward", forward)
+    monkeypatch.setattr(cls, name, forward)
 
 
 def test_nan_in_a_training_batch(tmp_path, monkeypatch):

@@ -262,11 +262,12 @@ def _composed(results, *overrides):
 
 def test_force_keeps_the_finished_run_until_the_new_one_is_complete(tmp_path, monkeypatch):
     results = tmp_path / "results"
-    rid, first = train_module.run(_composed(results), echo=lambda line: None)
+    ((rid, first),) = train_module.run(_composed(results), echo=lambda line: None)
     path = runs_dir(results, "adhoc") / rid
     finished = {k: v for k, v in snapshot(path).items() if k != ".claim"}
 
-    def crash(cfg, p, rid, where, tracker):
+    def crash(members, done):
+        where = members[0].path
         assert where != path and where.parent == path.parent and where.name.startswith(".")
         assert {k: v for k, v in snapshot(path).items() if k != ".claim"} == finished
         raise RuntimeError("killed mid-training")
@@ -279,7 +280,7 @@ def test_force_keeps_the_finished_run_until_the_new_one_is_complete(tmp_path, mo
     assert list(runs["run_id"]) == [rid] and not missing and not damaged
     monkeypatch.undo()
 
-    rid2, second = train_module.run(_composed(results, "force=true"), echo=lambda line: None)
+    ((rid2, second),) = train_module.run(_composed(results, "force=true"), echo=lambda line: None)
     assert rid2 == rid and store.read_summary(path) == second != first  # wall time differs
     assert sorted(p.name for p in path.parent.iterdir()) == [rid]
 

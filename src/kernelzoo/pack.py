@@ -98,7 +98,7 @@ class Pack:
         self.phis = [m.phi for m in models] if stateful else [first.phi]
         self.params = {n: torch.stack([self._pad(n, m, m.get_parameter(n).detach())
                                        for m in models]).requires_grad_() for n in self.names}
-        self.forward = self._forward
+        self.compiled = None  # the compiled step's forward (``compile``)
 
     def _segments(self, name: str, model: RetrievalModel) -> list[list[tuple[int, int]]]:
         S, e = model.n_keys, int(2 * model.n_keys * EMBED_FACTOR)
@@ -183,16 +183,16 @@ class Pack:
             for phi in self.phis:
                 phi.maybe_redraw()
         args = (self.params, keys, values, query, target, mask, value_mask)
-        if self.forward is self._forward:
+        if self.compiled is None:
             return self._forward(*args)
         try:
-            return self.forward(*args)
+            return self.compiled(*args)
         except Exception as err:  # no C++ compiler, an op the compiler cannot take, ...
             LOG.warning("trainer.compile: compilation failed, training eagerly (%s)",
                         str(err).splitlines()[0] if str(err) else type(err).__name__)
             print(f"warning: trainer.compile: compilation failed ({type(err).__name__}); "
                   "training eagerly", file=sys.stderr)
-            self.forward = self._forward
+            self.compiled = None
             return self._forward(*args)
 
     def _forward(self, params, keys, values, query, target, mask, value_mask):
@@ -210,7 +210,7 @@ class Pack:
         worker compiles once per shape and map, not per run. If compilation fails, the first
         step says so in one line and the pack trains eagerly."""
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        self.forward = torch.compile(self._forward)
+        self.compiled = torch.compile(self._forward)
 
     def _keys_and_query(self, p, keys, values, query):
         """``RetrievalModel.keys_and_query`` for every run at once: (R B, L, d_key) keys,
