@@ -110,7 +110,7 @@ def test_padding_contributes_nothing_to_outputs_losses_or_gradients():
 
 def test_packs_keep_padding_within_a_quarter_of_the_work():
     keys = [20, 40, 60, 80, 100, 400, 420, 440, 460, 480, 500, 520, 540, 560, 580, 600]
-    packs = pack.form(keys, 8)
+    packs = pack.form(keys, lambda S: 8)
     assert sorted(i for p in packs for i in p) == list(range(len(keys)))
     for members in packs:
         sizes = [keys[i] for i in members]
@@ -118,8 +118,12 @@ def test_packs_keep_padding_within_a_quarter_of_the_work():
         work = sum(map(pack.step_cost, sizes))
         assert 1 - work / (len(sizes) * pack.step_cost(max(sizes))) <= pack.PADDING_WASTE
     assert [keys[i] for i in packs[0]] == [600, 580, 560, 540, 520, 500, 480, 460]
-    assert pack.form([50] * 20, 8) == [list(range(8)), list(range(8, 16)), list(range(16, 20))]
-    assert pack.form(keys, 1) == [[i] for i in sorted(range(len(keys)), key=lambda i: -keys[i])]
+    assert pack.form([50] * 20, lambda S: 8) == [list(range(8)), list(range(8, 16)),
+                                                 list(range(16, 20))]
+    assert pack.form(keys, lambda S: 1) == [[i] for i in sorted(range(len(keys)),
+                                                                key=lambda i: -keys[i])]
+    assert [len(p) for p in pack.form([20] * 4 + [300] * 4, lambda S: 1 if S > 100 else 8)] == \
+        [1, 1, 1, 1, 4]
 
 
 def test_the_smoke_sweep_packed_and_alone_gives_the_same_runs(smoke_results, tmp_path):
@@ -152,4 +156,9 @@ def test_compiled_and_eager_steps_agree(tmp_path):
 def test_compile_auto_is_for_cuda_and_bad_values_are_refused():
     assert pack.compiles("auto", torch.device("cuda")) and not pack.compiles("auto", torch.device("cpu"))
     assert pack.compiles("true", torch.device("cpu")) and not pack.compiles("false", torch.device("cuda"))
-    assert pack.size("auto", "cpu") == pack.AUTO_SIZE["cpu"] and pack.size("3", "cuda") == 3
+    most = pack.most_runs("auto", "cpu", batch_size=32, d_key=64, replacement=False)
+    assert [most(s) for s in (20, 50, 100, 300, 600)] == [8, 5, 2, 1, 1]  # keys within 2 MB
+    update = pack.most_runs("auto", "cpu", batch_size=32, d_key=64, replacement=True)
+    assert update(50) == 2  # sequences of 2S
+    assert pack.most_runs("auto", "cuda", 32, 64, False)(600) == pack.AUTO_SIZE["cuda"]
+    assert pack.most_runs("3", "cpu", 32, 64, False)(600) == 3

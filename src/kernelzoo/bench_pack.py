@@ -18,20 +18,31 @@ import torch
 
 from .feature_maps import build_feature_map
 from .model import RetrievalModel, retrieval_loss
-from .pack import Pack
+from .pack import Pack, most_runs
 from .task import RetrievalTask
 
 MAPS = {"linear": ("elu", {}), "dpfp-2": ("dpfp", {"nu": 2})}
 D_KEY, BATCH = 64, 32
 
 
+def auto_pack(n_keys: int) -> int:
+    """The pack size trainer.pack=auto chooses on the CPU for these rows (``pack.most_runs``)."""
+    return most_runs("auto", "cpu", BATCH, D_KEY, False)(n_keys)
+
+
 def cases(quick: bool = False) -> list[dict]:
+    """Per map and n_keys: auto's choice (eager), and K = 1, 8, 32 eager and compiled."""
     if quick:
         return [{"case": "packed", "feature_map": "linear", "n_keys": 20, "pack": k,
                  "compile": False} for k in (1, 8)]
-    return [{"case": "packed", "feature_map": fm, "n_keys": s, "pack": k, "compile": c}
-            for fm in MAPS for s in (20, 100, 300, 600) for k in (1, 8, 32) for c in (False, True)
-            if (k, c) != (1, False)]  # K = 1 eager is the loop's own path: the baseline's work
+    rows = []
+    for fm in MAPS:
+        for s in (20, 100, 300, 600):
+            for k, c in dict.fromkeys([(auto_pack(s), False), (1, True), (8, False), (8, True),
+                                       (32, False), (32, True)]):
+                rows.append({"case": "packed", "feature_map": fm, "n_keys": s, "pack": k,
+                             "compile": c})
+    return rows
 
 
 def _models(row: dict, k: int, device) -> tuple[list[RetrievalModel], list[RetrievalTask]]:
@@ -92,9 +103,7 @@ def run_row(row: dict, device, clock: str, best_ms, budget_s: float) -> dict:
 def targets(rows: list[dict]) -> list[str]:
     """The packing targets (issue #11): >= 3x run-throughput at n_keys 20 and 100, >= 1.5x at
     n_keys >= 300, for the engine as ``trainer.pack=auto``/``trainer.compile=auto`` choose on
-    this device (cpu: packs of 8, eager) and for the best lever setting measured."""
-    from .pack import AUTO_SIZE
-
+    this device (the CPU: ``auto_pack``, eager) and for the best lever setting measured."""
     packed = [r for r in rows if r["case"] == "packed"]
     if not packed:
         return []
@@ -102,12 +111,12 @@ def targets(rows: list[dict]) -> list[str]:
     for s in sorted({r["n_keys"] for r in packed}):
         need = 3 if s <= 100 else 1.5
         at = [r for r in packed if r["n_keys"] == s]
-        auto = [r for r in at if r["pack"] == AUTO_SIZE["cpu"] and not r["compile"]]
+        auto = [r for r in at if r["pack"] == auto_pack(s) and not r["compile"]]
         best = {fm: max((r for r in at if r["feature_map"] == fm), key=lambda r: r["ratio"])
                 for fm in sorted({r["feature_map"] for r in at})}
         if auto:
             low = min(auto, key=lambda r: r["ratio"])
-            out.append(f"packed engine as auto chooses (pack {AUTO_SIZE['cpu']}, eager) at "
+            out.append(f"packed engine as auto chooses (pack {auto_pack(s)}, eager) at "
                        f"n_keys {s} >= {need}x: {'met' if low['ratio'] >= need else 'NOT met'} "
                        f"(lowest {low['ratio']:.1f}x, {low['feature_map']})")
         out.append(f"best lever setting at n_keys {s}: " + ", ".join(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Callable
 
 import torch
 
@@ -34,7 +35,8 @@ from .task import Batch
 
 LOG = logging.getLogger("kernelzoo.train")
 PADDING_WASTE = 0.25  # a pack's padded work is at most this fraction of its work (``form``)
-AUTO_SIZE = {"cpu": 8, "cuda": 32}  # trainer.pack=auto (``make bench``: rows with case packed)
+AUTO_SIZE = {"cpu": 8, "cuda": 32}  # trainer.pack=auto at most (``make bench``: case packed)
+CPU_ELEMENTS = 2**19  # trainer.pack=auto on the CPU: a pack's keys fit in ~2 MB (``most_runs``)
 
 
 def compiles(setting: str, device: torch.device) -> bool:
@@ -45,14 +47,25 @@ def compiles(setting: str, device: torch.device) -> bool:
     return setting == "true" or (setting == "auto" and device.type == "cuda")
 
 
-def size(setting: str | int, device: str) -> int:
-    """The most runs in one pack for ``trainer.pack`` on ``trainer.device`` (auto: cuda when
-    this machine has it, as ``train.resolve_device`` decides)."""
+def most_runs(setting: str | int, device: str, batch_size: int, d_key: int,
+              replacement: bool) -> Callable[[int], int]:
+    """The most runs of a pack whose largest run has S keys, for ``trainer.pack`` on
+    ``trainer.device`` (auto: cuda when this machine has it, as ``train.resolve_device``).
+
+    auto on cuda: AUTO_SIZE["cuda"]. auto on the CPU: packing pays only while the pack's keys,
+    R x batch x L x d_key numbers, stay within CPU_ELEMENTS (about a 2 MB cache: beyond it
+    every elementwise pass goes to memory and R runs cost more than R runs alone, ``make
+    bench``): R <= CPU_ELEMENTS / (batch x L x d_key), at most AUTO_SIZE["cpu"].
+    """
     if str(setting) != "auto":
-        return int(setting)
+        return lambda S: int(setting)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return AUTO_SIZE.get(device.split(":")[0], 1)
+    kind = device.split(":")[0]
+    if kind != "cpu":
+        return lambda S: AUTO_SIZE.get(kind, 1)
+    per_run = lambda S: batch_size * (2 * S if replacement else S) * d_key  # noqa: E731
+    return lambda S: max(1, min(AUTO_SIZE["cpu"], CPU_ELEMENTS // per_run(S)))
 
 
 def step_cost(n_keys: int) -> float:
@@ -62,14 +75,14 @@ def step_cost(n_keys: int) -> float:
     return (n_keys + 64.0) ** 2
 
 
-def form(n_keys: list[int], size: int) -> list[list[int]]:
-    """Positions of ``n_keys`` grouped into packs of at most ``size`` runs, largest first: a
-    run joins the open pack while the pack's padding stays at most PADDING_WASTE of its work
-    (every run padded to the largest S), else it opens the next pack."""
+def form(n_keys: list[int], most: Callable[[int], int]) -> list[list[int]]:
+    """Positions of ``n_keys`` grouped into packs, largest first: a run joins the open pack
+    while the pack has fewer than ``most(its largest S)`` runs and its padding stays at most
+    PADDING_WASTE of its work (every run padded to the largest S), else it opens the next."""
     order = sorted(range(len(n_keys)), key=lambda i: -n_keys[i])
     packs: list[list[int]] = []
     for i in order:
-        if packs and len(packs[-1]) < size:
+        if packs and len(packs[-1]) < most(n_keys[packs[-1][0]]):
             members = [n_keys[j] for j in packs[-1]] + [n_keys[i]]
             padded = len(members) * step_cost(max(members))
             if 1 - sum(map(step_cost, members)) / padded <= PADDING_WASTE:
@@ -220,8 +233,10 @@ class Pack:
         W_k = p["W_k.weight"]
         key_rows = table @ W_k[:, :, S:].transpose(1, 2) + p["W_k.bias"].unsqueeze(1)
         k = _rows(key_rows, keys) + _rows(W_k[:, :, :S].transpose(1, 2), values)
-        q = _rows(table, query) @ p["W_q.weight"].transpose(1, 2).unsqueeze(1) \
-            + p["W_q.bias"][:, None, None]                                     # (R, B, 1, d)
+        # the whole table (contiguous): its key rows [0, S) are what queries index
+        rows = _rows(p["embedding.weight"], query).flatten(1, 2)              # (R, B, e)
+        q = torch.baddbmm(p["W_q.bias"].unsqueeze(1), rows, p["W_q.weight"].transpose(1, 2))
+        q = q.unsqueeze(2)                                                     # (R, B, 1, d)
         beta = None
         if "W_beta.weight" in p:
             w = p["W_beta.weight"][:, 0]                                        # (R, S + e)

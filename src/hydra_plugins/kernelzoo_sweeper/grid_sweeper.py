@@ -160,7 +160,8 @@ class GridSweeper(BasicSweeper):
     def packs(self, points: list[list[str]]) -> list[list[str]]:
         """One job per pack: points that differ only in n_keys and seed share a job (the first
         point, plus ``pack_members=[[n_keys, seed], ...]`` of the others), grouped by
-        ``kernelzoo.pack.form`` up to ``trainer.pack`` runs; largest packs' n_keys first."""
+        ``kernelzoo.pack.form`` up to ``trainer.pack`` runs (``pack.most_runs``); the packs
+        with the largest n_keys first."""
         from kernelzoo import pack
 
         groups: dict[tuple, list[list[str]]] = {}
@@ -169,17 +170,27 @@ class GridSweeper(BasicSweeper):
             groups.setdefault(rest, []).append(point)
         jobs = []
         for rest, group in groups.items():
-            size = pack.size(dict(o.split("=", 1) for o in rest).get("trainer.pack",
-                                                                       self.config.trainer.pack),
-                             self.config.trainer.device)
             n_keys = [int(_value(p, "n_keys", self.config.n_keys)) for p in group]
-            for members in pack.form(n_keys, size):
+            for members in pack.form(n_keys, self._most_runs(list(rest))):
                 leader, others = group[members[0]], [group[i] for i in members[1:]]
                 extra = [f"[{_value(p, 'n_keys', self.config.n_keys)},"
                          f"{_value(p, 'seed', self.config.seed)}]" for p in others]
                 jobs.append((n_keys[members[0]],
                              leader + ([f"pack_members=[{','.join(extra)}]"] if extra else [])))
         return [job for _, job in sorted(jobs, key=lambda j: -j[0])]
+
+    def _most_runs(self, point: list[str]):
+        """``kernelzoo.pack.most_runs`` for the points that share ``point``'s other values."""
+        from kernelzoo import pack
+
+        c = self.config
+        task = _value(point, "task", None)
+        replacement = task == "update" if task else c.task.replacement
+        replacement = str(_value(point, "task.replacement", replacement)).lower() == "true"
+        return pack.most_runs(_value(point, "trainer.pack", c.trainer.pack),
+                              _value(point, "trainer.device", c.trainer.device),
+                              int(_value(point, "trainer.batch_size", c.trainer.batch_size)),
+                              int(_value(point, "d_key", c.d_key)), replacement)
 
     def _record(self, record: dict, start, wall) -> None:
         """Append this invocation to sweep.json (a damaged one is kept aside, never lost)."""
