@@ -50,7 +50,7 @@ def compiles(setting: str, device: torch.device) -> bool:
 def most_runs(setting: str | int, device: str, batch_size: int, d_key: int,
               replacement: bool) -> Callable[[int], int]:
     """The most runs of a pack whose largest run has S keys, for ``trainer.pack`` on
-    ``trainer.device`` (auto: cuda when this machine has it, as ``train.resolve_device``).
+    ``trainer.device`` (auto: cuda when this machine has it, as ``devices.resolve_device``).
 
     auto on cuda: AUTO_SIZE["cuda"]. auto on the CPU: packing pays only while the pack's keys,
     R x batch x L x d_key numbers, stay within CPU_ELEMENTS (about a 2 MB cache: beyond it

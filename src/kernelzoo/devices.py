@@ -1,0 +1,85 @@
+"""Where a run runs: the device ``trainer.device`` names, and whether the run fits in it.
+
+``resolve_device`` turns the config's name into a torch device this machine has (or a
+UsageError naming what it has); ``check_memory`` refuses, before any training, a run whose
+estimated peak memory (``model.footprint``) exceeds the device's, saying how many keys would fit.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import config
+from .config import UsageError
+from .model import footprint
+
+GIB = 2**30
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device ``trainer.device`` names (its syntax is checked by the schema), if this
+    machine has it; UsageError otherwise."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        n = torch.cuda.device_count()
+        _check(n > 0, f"trainer.device={name} but no CUDA device is available here; "
+                      "valid: auto, cpu")
+        _check((device.index or 0) < n, f"trainer.device={name} but only {n} CUDA device(s); "
+                                        f"valid: cuda:0 to cuda:{n - 1}, auto, cpu")
+    if device.type == "mps":
+        _check(torch.backends.mps.is_available(),
+               f"trainer.device={name} but MPS is not available here; valid: auto, cpu")
+    return device
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory on ``device``: the GPU's, else the machine's physical memory."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(c: config.Config, phi, device, seq_len: int, eval_seq_len: int) -> None:
+    """Refuse a run whose estimated peak memory (``model.footprint``) exceeds the device's."""
+    tr = c.trainer
+
+    def need(n_keys: int) -> int:
+        def follow(length, given):  # a sequence length set explicitly does not follow n_keys
+            return given or max(1, round(length * n_keys / c.n_keys))
+
+        parts = footprint(n_keys, phi.d_key, phi.d_dot, c.memory.update_rule, tr.batch_size,
+                          follow(seq_len, c.task.seq_len), tr.eval_sequences,
+                          min(n_keys, tr.eval_max_queries),
+                          follow(eval_seq_len, c.task.eval_seq_len),
+                          torch.finfo(getattr(torch, tr.dtype)).bits // 8)
+        return parts if n_keys == c.n_keys else sum(parts.values())
+
+    have, parts = device_memory(device), need(c.n_keys)
+    if sum(parts.values()) <= have:
+        return
+    estimate = (f"needs about {sum(parts.values()) / GIB:,.1f} GiB (estimate: parameters, "
+                f"gradients and Adam state {parts['parameters'] / GIB:,.1f} GiB, activations "
+                f"{parts['activations'] / GIB:,.1f} GiB), more than the {have / GIB:,.1f} GiB "
+                f"of {device}")
+    if need(1) > have:
+        raise UsageError(f"trainer.batch_size={tr.batch_size} with sequences of {seq_len} "
+                         f"(evaluation: {tr.eval_sequences} of {eval_seq_len}) {estimate}; "
+                         "valid: fewer or shorter sequences")
+    low, high = 1, c.n_keys  # the most keys that fit: the estimate grows with n_keys
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if need(mid) <= have else (low, mid - 1)
+    raise UsageError(f"n_keys={c.n_keys} {estimate}; valid: n_keys <= {low} here")
