@@ -304,6 +304,14 @@ NOTES = """\
   of reach there; at n_keys 600 the ratio of work is ~700-1500x.
 - floor/kernelzoo: the fraction of the counted floor (`floor_ms`) reached; elementwise work and
   overhead are not in the floor, so small rows sit far below 100%.
+- Rows with case `packed` (`bench_pack.py`): per run-step, a pack of `pack` runs of one n_keys
+  (eager, or compiled by torch.compile: `compile`, with its first-step cost `compile_s`)
+  against one run's eager step. On this CPU a pack pays only while its keys fit in cache
+  (`pack.most_runs`: 8 runs at n_keys 20, 2 at 100, none from ~260 at d_key 64); beyond that
+  every elementwise pass goes to memory and a pack of 8 or 32 costs as much as its runs alone
+  or more. Compilation fuses those passes: ~1.4-1.7x at every n_keys, more in packs at small
+  n_keys, for 2-9 s per new shape in each process, which is why `trainer.compile=auto`
+  compiles on CUDA only.
 - Sweep wall times are read from each sweep's `sweep.json` (written by the sweeper, summed over
   its invocations; `--sweeps` names the results directory). figure2's stopping rule trains
   ~600k steps, most of the run time in points above capacity that train until the plateau rule
