@@ -313,7 +313,8 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
              f"({runs['n_keys'].nunique()} distinct values).",
              f"- Machine: {', '.join(f'{d} ({c} runs)' for d, c in devices.items())}; "
              f"kernelzoo {', '.join(sorted(map(str, runs['kernelzoo_version'].unique())))}.",
-             f"- Wall time: {wall.sum():.0f} s summed over runs (median {wall.median():.1f} s, "
+             f"- Wall time: {wall.sum():.0f} s summed over runs (a run trained in a pack counts "
+             f"the pack's time until it stopped; median {wall.median():.1f} s, "
              f"max {wall.max():.1f} s per run); {steps:,} training steps"
              + (f" ({steps / wall.sum():.0f} per second of run time)." if wall.sum() > 0 else ".")]
     capped = runs[runs["status"] == "max_steps"]
