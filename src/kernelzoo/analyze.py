@@ -43,25 +43,8 @@ from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_lin
 from kernelzoo.report import write_report
 from kernelzoo.store import (CURVE_COLUMNS, experiment_dir, read_config_value, read_search,
                              read_summary)
-from kernelzoo.style import is_search, natural_key
-
-BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
-               "relu": "ReLU", "taylor": "Taylor", "squared_relu": "ReLU²", "hedgehog": "Hedgehog",
-               "t2r": "T2R", "rebased": "ReBased", "polysketch": "PolySketch",
-               "cosformer": "cosFormer"}
-ESSENTIAL_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",), "t2r": ("m",),
-                    "polysketch": ("r",)}
-
-
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def canonical_params(params: dict) -> str:
-    """``{"nu": 2, "a": True}`` -> ``"a=true,nu=2"``; ``""`` for no parameters."""
-    return ",".join(f"{k}={_fmt(v)}" for k, v in sorted(params.items()))
+from kernelzoo.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, format_value,
+                             is_search, natural_key)
 
 
 def _number(value) -> float:
@@ -115,7 +98,8 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
 def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
     """Add ``label``: a short human name per configuration, unique within the experiment.
 
-    Shows the map's essential parameters (nu, m), the parameters that vary among its
+    Shows the parameter the map resolves from d_dot (nu, m: ``D_DOT_PARAMS``), the parameters
+    that vary among its
     configurations, and d_key / update_rule / d_dot only where needed to tell them apart.
     """
     configs = runs.drop_duplicates(list(CONFIG_KEYS))
@@ -124,7 +108,7 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
     for fmap, group in configs.groupby("feature_map"):
         dicts = [json.loads(p) for p in group["feature_map_params"]]
         keys = sorted(set().union(*dicts))
-        shown = [k for k in keys if k in ESSENTIAL_PARAMS.get(fmap, ())
+        shown = [k for k in keys if k in D_DOT_PARAMS.get(fmap, ())
                  or len({json.dumps(d.get(k)) for d in dicts}) > 1]
         for (_, row), params in zip(group.iterrows(), dicts):
             parts = [BASE_LABELS.get(fmap, fmap)]
@@ -133,7 +117,7 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
             for k in shown:
                 if k in params and not (fmap == "dpfp" and k == "nu"):
                     v = params[k]
-                    parts.append(v if isinstance(v, str) else f"{k}={_fmt(v)}")
+                    parts.append(v if isinstance(v, str) else f"{k}={format_value(v)}")
             parts += [f"d_key={row['d_key']}" if k == "d_key" else str(row[k]) for k in across]
             labels[tuple(row[k] for k in CONFIG_KEYS)] = " ".join(parts)
     counts = Counter(labels.values())

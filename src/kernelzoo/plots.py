@@ -16,12 +16,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter
 
 from kernelzoo.heatmaps import heatmaps
 from kernelzoo.prediction import compare, compared
 from kernelzoo.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
-                             config_colors, dkey, is_search, legend, natural, save)
+                             config_colors, dkey, is_search, legend, log_square, natural,
+                             save)
 
 
 def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, bad_value: float,
@@ -174,21 +174,6 @@ def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float
     return save(fig, out_dir / "accuracy_vs_keys.png")
 
 
-def _log_square(ax, values: pd.Series) -> None:
-    """Both axes log scale over the values' range (a factor 1.5 of margin), powers of 2 as
-    ticks, and the dotted line y = x."""
-    low, high = values.min() / 1.5, values.max() * 1.5
-    ax.plot([low, high], [low, high], "k:", lw=1)
-    ticks = 2.0 ** np.arange(np.floor(np.log2(low)), np.ceil(np.log2(high)) + 1)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
-        axis.set_minor_formatter(NullFormatter())
-    ax.set_xlim(low, high)
-    ax.set_ylim(low, high)
-
-
 def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float,
                           out_dir: Path) -> Path:
     """Observed against predicted capacity (log-log) with y = x: each configuration's failure
@@ -212,7 +197,7 @@ def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float
         ax.text(0.5, 0.5, "no configuration with a bounded prediction and data",
                 ha="center", va="center", transform=ax.transAxes)
         return save(fig, out_dir / "observed_vs_predicted.png")
-    _log_square(ax, pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
+    log_square(ax, pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
                                rows["ci_high"], rows["published_capacity"].dropna()]))
     handles = ax.get_legend_handles_labels()[0] + [
         Line2D([], [], ls="none", marker=OUTCOME_MARKERS[o], color="grey", label=words)
@@ -244,7 +229,7 @@ def capacity_vs_rank(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> Pat
             y = r.observed_capacity
             ax.errorbar(float(getattr(r, column)), y, yerr=[[y - r.ci_low], [r.ci_high - y]],
                         fmt="o", ms=7, capsize=3, color=colors[r.label], label=r.label)
-        _log_square(ax, span)
+        log_square(ax, span)
         ax.set_xlabel(f"{name} (log)")
         ax.set_title(f"against {name}: mean |ln(n* / x)| = {score:.3f}", fontsize=9)
     axes[0].set_ylabel("observed failure point n* (log)")
