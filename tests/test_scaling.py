@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 from synthetic import write_series
 
 from kernelzoo import analyze, scaling
@@ -94,3 +95,34 @@ def test_families_group_what_d_dot_decides_and_skip_fewer_than_three_d_dot(tmp_p
     assert "ELU+1: n* = " in elu.words() and "contains 1: it follows d_dot" in elu.words()
     assert found[0].words().startswith("DPFP d_key=8: not fitted, failure points at 2 d_dot values")
 
+
+def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, capsys):
+    results = tmp_path / "results"
+    write_family_store(results / "s")
+    analyze.analyze(OmegaConf.create({"experiment": "s", "results_dir": str(results),
+                                      "threshold": TAU, "accuracy_threshold": 0.99,
+                                      "logger": {"name": "none"}}))
+    exp = results / "s"
+    table = pd.read_csv(exp / "scaling.csv")
+    assert list(table.columns) == list(scaling.COLUMNS)
+    assert table.groupby("family")["d_dot"].apply(list).to_dict() == {
+        "DPFP d_key=8": [32, 64], "DPFP d_key=16": [32, 64, 96], "ELU+1": [16, 32, 64]}
+    elu = table[table["family"] == "ELU+1"]
+    assert elu["d_key"].isna().all() and (elu["n_seeds"] == 2).all()
+    assert elu["follows_d_dot"].all() and elu["b"].iloc[0] == pytest.approx(1.0)
+    assert table.loc[table["family"] == "DPFP d_key=8", "b"].isna().all()
+    assert (exp / "capacity_scaling.png").read_bytes()[:4] == b"\x89PNG"
+    assert b"<svg" in (exp / "capacity_scaling.svg").read_bytes()[:500]
+    report = (exp / "report.md").read_text()
+    for needle in ("## Capacity against d_dot: n* = a d_dot^b per family", scaling.METHOD,
+                   f"| ELU+1 | 6 | 16–64 | {math.sqrt(RATIOS[0] * RATIOS[1]):.3g} [",
+                   f"| yes | 16: {np.mean(RATIOS):.2f}; 32: ", "- DPFP d_key=8: not fitted",
+                   "![](capacity_scaling.png)"):
+        assert needle in report, needle
+    capsys.readouterr()
+    scaling.main([str(exp / "scaling.csv"), str(tmp_path / "none.csv")])
+    out = capsys.readouterr().out.splitlines()
+    runs, _, _ = analyze.load_runs(exp)
+    words = [f.words() for f in scaling.families(runs, seed_table(runs, TAU, 0.99))]
+    assert out[1:4] == [f"  {w}" for w in words]  # the same sentences from the csv read back
+    assert out[4].startswith(f"{tmp_path / 'none.csv'}: unreadable")

@@ -3,23 +3,24 @@
     python -m kernelzoo.analyze experiment=<name> [results_dir=results] [threshold=0.01]
                                 [accuracy_threshold=0.99] [logger=wandb|none]
 
-Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model)
-and, for a failure-point search, ``search.json`` (why each probe was trained), saves them as
-``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``, ``heatmaps.py``; PNG
-and SVG) and ``report.md`` (``report.py``) beside it, each atomically. Configurations that are
-one of the authors' Figure 2 configurations (``published.py``) also get the failure point of the
-authors' published losses by the same rule (``published_capacity``, ``published_outcome``);
-every configuration gets the failure point of the committed reference runs of the same
-experiment (``reference_capacity``, ``reference_outcome``) and the effective rank its written
-keys' features reach at its failure point (``prediction.py``: ``effective_rank_at_failure``,
-``rank_ratio``). Grids and the sparse, irregular n_keys of a search are read alike. Partial
-sweeps are analysed as far as they go; run directories without a summary, damaged files (a
-summary with wrong types, a non-numeric curve, a FIFO, an unreadable sweep.json or search.json:
-each named with what is wrong) and grid holes are listed in the report. Runs that stalled
-(``stalls.py``) are marked in runs.parquet (``stalled``), set aside by the failure-point rule
-and listed in the report. Nothing is ever deleted. The command line is checked against
-``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule is in
-``capacity.py`` (and in every report); the wandb dashboard in ``tracking.log_dashboard``.
+Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model) and,
+for a failure-point search, ``search.json`` (why each probe was trained), saves them as
+``runs.parquet`` and writes ``capacity.csv``, ``scaling.csv`` (``scaling.py``: each family's failure
+points against d_dot, n* = a d_dot^b with bootstrap intervals), the figures (``plots.py``,
+``heatmaps.py``; PNG and SVG) and ``report.md`` (``report.py``) beside it, each atomically.
+Configurations that are one of the authors' Figure 2 configurations (``published.py``) also get the
+failure point of the authors' published losses by the same rule (``published_capacity``,
+``published_outcome``); every configuration gets the failure point of the committed reference runs
+of the same experiment (``reference_capacity``, ``reference_outcome``) and the effective rank its
+written keys' features reach at its failure point (``prediction.py``: ``effective_rank_at_failure``,
+``rank_ratio``). Grids and the sparse, irregular n_keys of a search are read alike. Partial sweeps
+are analysed as far as they go; run directories without a summary, damaged files (a summary with
+wrong types, a non-numeric curve, a FIFO, an unreadable sweep.json or search.json: each named with
+what is wrong) and grid holes are listed in the report. Runs that stalled (``stalls.py``) are marked
+in runs.parquet (``stalled``), set aside by the failure-point rule and listed in the report. Nothing
+is ever deleted. The command line is checked against ``kernelzoo.config.AnalyzeConfig`` before
+anything runs. The failure-point rule is in ``capacity.py`` (and in every report); the wandb
+dashboard in ``tracking.log_dashboard``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import pandas as pd
 from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import config, plots, prediction, published, stalls, tracking
+from kernelzoo import config, plots, prediction, published, scaling, stalls, tracking
 from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
@@ -179,7 +180,8 @@ def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
 
 
 def analyze(cfg: DictConfig) -> None:
-    """Load, compute failure points, write runs.parquet, capacity.csv, figures and report.md."""
+    """Load, compute failure points, write runs.parquet, capacity.csv, scaling.csv, figures
+    and report.md."""
     exp_dir = experiment_dir(cfg.results_dir, cfg.experiment)
     runs, missing, damaged = load_runs(exp_dir)
     if runs.empty:
@@ -204,14 +206,16 @@ def analyze(cfg: DictConfig) -> None:
     capacity = published.reference_columns(
         capacity, None if reference.resolve() == exp_dir.resolve() else reference / "capacity.csv")
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
+    families = scaling.families(runs, seeds)
+    atomic_write_text(exp_dir / "scaling.csv", scaling.table(families).to_csv(index=False))
     search = is_search(runs)  # sparse probes: no grid to fill
     curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
-    figures, omitted = plots.all_figures(runs, capacity, points, curves, exp_dir, cfg.threshold,
-                                         cfg.accuracy_threshold, search)
+    figures, omitted = plots.all_figures(runs, capacity, points, curves, families, exp_dir,
+                                         cfg.threshold, cfg.accuracy_threshold, search)
     report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, counted,
-                                   missing, damaged, None if search else grid_holes(runs),
-                                   figures, omitted, cfg.threshold, cfg.accuracy_threshold,
-                                   rule=RULE)
+                                   families, missing, damaged,
+                                   None if search else grid_holes(runs), figures, omitted,
+                                   cfg.threshold, cfg.accuracy_threshold, rule=RULE)
     for line in damaged:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {len(runs)} runs of {cfg.experiment} -> {report}")

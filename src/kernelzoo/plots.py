@@ -3,8 +3,8 @@
 Every function takes DataFrames (``runs``: one row per summary plus ``label``; ``capacity``: the
 capacity table with its published columns; ``published``: the authors' points of the matching
 configurations, ``published.points``) and an output directory, writes one figure as PNG and SVG
-(``style.save``, atomically) and returns the PNG's path. The heatmaps are in ``heatmaps.py``; colours, label
-order and legends in ``style.py``.
+(``style.save``, atomically) and returns the PNG's path. The heatmaps are in ``heatmaps.py``,
+``capacity_scaling`` in ``scaling.py``; colours, label order and legends in ``style.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from kernelzoo import scaling
 from kernelzoo.heatmaps import heatmaps
 from kernelzoo.prediction import compare, compared
 from kernelzoo.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
@@ -313,20 +314,27 @@ def capacity_efficiency(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> 
 
 
 def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
-                curve_table: pd.DataFrame, out_dir: Path, threshold: float,
-                accuracy_threshold: float, search: bool = False) -> tuple[list[Path], list[str]]:
+                curve_table: pd.DataFrame, families: list[scaling.Family], out_dir: Path,
+                threshold: float, accuracy_threshold: float,
+                search: bool = False) -> tuple[list[Path], list[str]]:
     """Every figure of the analysis in report order, one colour per configuration, and one
     line per figure left out (why). A search's sparse probes have no grid for heatmaps;
-    ``capacity_vs_rank`` needs a configuration that fails at a point with diagnostics."""
+    ``capacity_vs_rank`` needs a configuration that fails at a point with diagnostics,
+    ``capacity_scaling`` (``scaling.figure``) a family of ``families`` that is fitted."""
     colors = config_colors(capacity["label"])
     maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
     ranked = not compared(capacity).empty
     if not ranked:
         omitted.append("capacity_vs_rank: left out, as no configuration fails at a point with a "
                        "bounded d_dot and an effective rank (diagnostics)")
+    scaled = any(f.law for f in families)
+    if not scaled:
+        omitted.append(f"capacity_scaling: left out, as no family has failure points at "
+                       f"{scaling.MIN_D_DOTS} or more d_dot values")
     return [
         loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
+        *([scaling.figure(families, out_dir)] if scaled else []),
         *([capacity_vs_rank(capacity, colors, out_dir)] if ranked else []),
         *([capacity_efficiency(capacity, colors, out_dir)]
           if len(efficiency_order(capacity)) >= 2 else []),
