@@ -42,12 +42,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from kernelzoo.capacity import BOOTSTRAP_SAMPLES
+from kernelzoo.capacity import BOOTSTRAP_SAMPLES, OUTCOMES
 from kernelzoo.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, config_colors,
                              format_value, legend, log_square, natural_key, save)
 
 MIN_D_DOTS = 3
-OUTCOMES = ("fails_at", "never_fails", "fails_everywhere")  # a point, then the bounds
 COLUMNS = ("family", "feature_map", "params", "d_key", "update_rule", "n_points", "n_d_dot",
            "a", "a_low", "a_high", "b", "b_low", "b_high", "follows_d_dot",
            "d_dot", "configurations", "n_seeds", "n_bounds", "ratio")
