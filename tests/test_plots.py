@@ -118,6 +118,19 @@ def test_every_figure_is_written_as_png_and_svg(analysed):
     assert "heatmap_favor: left out, as no cell passes" in report
 
 
+def test_no_family_at_three_d_dot_values_no_scaling_figure_nor_section(analysed):
+    """DPFP-1 and -2 at d_key 64 are one family at 2 d_dot values, ELU+1 one at 1; the FAVOR+
+    configurations fail everywhere (no failure point): scaling.csv has rows but no fit."""
+    exp, _, _ = analysed
+    table = pd.read_csv(exp / "scaling.csv")
+    assert table[["family", "d_dot"]].values.tolist() == [["DPFP d_key=64", 128],
+                                                           ["DPFP d_key=64", 256], ["ELU+1", 64]]
+    assert table["b"].isna().all()
+    report = (exp / "report.md").read_text()
+    assert "capacity_scaling: left out, as no family has failure points at 3 or more" in report
+    assert "## Capacity against d_dot" not in report
+
+
 def draw_loss(runs, capacity, points=None):
     ax = Figure().add_subplot()
     points = published.points(runs) if points is None else points

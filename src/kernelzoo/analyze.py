@@ -3,23 +3,24 @@
     python -m kernelzoo.analyze experiment=<name> [results_dir=results] [threshold=0.01]
                                 [accuracy_threshold=0.99] [logger=wandb|none]
 
-Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model)
-and, for a failure-point search, ``search.json`` (why each probe was trained), saves them as
-``runs.parquet`` and writes ``capacity.csv``, the figures (``plots.py``, ``heatmaps.py``; PNG
-and SVG) and ``report.md`` (``report.py``) beside it, each atomically. Configurations that are
-one of the authors' Figure 2 configurations (``published.py``) also get the failure point of the
-authors' published losses by the same rule (``published_capacity``, ``published_outcome``);
-every configuration gets the failure point of the committed reference runs of the same
-experiment (``reference_capacity``, ``reference_outcome``) and the effective rank its written
-keys' features reach at its failure point (``prediction.py``: ``effective_rank_at_failure``,
-``rank_ratio``). Grids and the sparse, irregular n_keys of a search are read alike. Partial
-sweeps are analysed as far as they go; run directories without a summary, damaged files (a
-summary with wrong types, a non-numeric curve, a FIFO, an unreadable sweep.json or search.json:
-each named with what is wrong) and grid holes are listed in the report. Runs that stalled
-(``stalls.py``) are marked in runs.parquet (``stalled``), set aside by the failure-point rule
-and listed in the report. Nothing is ever deleted. The command line is checked against
-``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule is in
-``capacity.py`` (and in every report); the wandb dashboard in ``tracking.log_dashboard``.
+Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model) and,
+for a failure-point search, ``search.json`` (why each probe was trained), saves them as
+``runs.parquet`` and writes ``capacity.csv``, ``scaling.csv`` (``scaling.py``: each family's failure
+points against d_dot, n* = a d_dot^b with bootstrap intervals), the figures (``plots.py``,
+``heatmaps.py``; PNG and SVG) and ``report.md`` (``report.py``) beside it, each atomically.
+Configurations that are one of the authors' Figure 2 configurations (``published.py``) also get the
+failure point of the authors' published losses by the same rule (``published_capacity``,
+``published_outcome``); every configuration gets the failure point of the committed reference runs
+of the same experiment (``reference_capacity``, ``reference_outcome``) and the effective rank its
+written keys' features reach at its failure point (``prediction.py``: ``effective_rank_at_failure``,
+``rank_ratio``). Grids and the sparse, irregular n_keys of a search are read alike. Partial sweeps
+are analysed as far as they go; run directories without a summary, damaged files (a summary with
+wrong types, a non-numeric curve, a FIFO, an unreadable sweep.json or search.json: each named with
+what is wrong) and grid holes are listed in the report. Runs that stalled (``stalls.py``) are marked
+in runs.parquet (``stalled``), set aside by the failure-point rule and listed in the report. Nothing
+is ever deleted. The command line is checked against ``kernelzoo.config.AnalyzeConfig`` before
+anything runs. The failure-point rule is in ``capacity.py`` (and in every report); the wandb
+dashboard in ``tracking.log_dashboard``.
 """
 
 from __future__ import annotations
@@ -37,31 +38,14 @@ import pandas as pd
 from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import config, plots, prediction, published, stalls, tracking
+from kernelzoo import config, plots, prediction, published, scaling, stalls, tracking
 from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
 from kernelzoo.store import (CURVE_COLUMNS, experiment_dir, read_config_value, read_search,
                              read_summary)
-from kernelzoo.style import is_search, natural_key
-
-BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
-               "relu": "ReLU", "taylor": "Taylor", "squared_relu": "ReLU²", "hedgehog": "Hedgehog",
-               "t2r": "T2R", "rebased": "ReBased", "polysketch": "PolySketch",
-               "cosformer": "cosFormer"}
-ESSENTIAL_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",), "t2r": ("m",),
-                    "polysketch": ("r",)}
-
-
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def canonical_params(params: dict) -> str:
-    """``{"nu": 2, "a": True}`` -> ``"a=true,nu=2"``; ``""`` for no parameters."""
-    return ",".join(f"{k}={_fmt(v)}" for k, v in sorted(params.items()))
+from kernelzoo.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, format_value,
+                             is_search, natural_key)
 
 
 def _number(value) -> float:
@@ -115,7 +99,8 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
 def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
     """Add ``label``: a short human name per configuration, unique within the experiment.
 
-    Shows the map's essential parameters (nu, m), the parameters that vary among its
+    Shows the parameter the map resolves from d_dot (nu, m: ``D_DOT_PARAMS``), the parameters
+    that vary among its
     configurations, and d_key / update_rule / d_dot only where needed to tell them apart.
     """
     configs = runs.drop_duplicates(list(CONFIG_KEYS))
@@ -124,7 +109,7 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
     for fmap, group in configs.groupby("feature_map"):
         dicts = [json.loads(p) for p in group["feature_map_params"]]
         keys = sorted(set().union(*dicts))
-        shown = [k for k in keys if k in ESSENTIAL_PARAMS.get(fmap, ())
+        shown = [k for k in keys if k in D_DOT_PARAMS.get(fmap, ())
                  or len({json.dumps(d.get(k)) for d in dicts}) > 1]
         for (_, row), params in zip(group.iterrows(), dicts):
             parts = [BASE_LABELS.get(fmap, fmap)]
@@ -133,7 +118,7 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
             for k in shown:
                 if k in params and not (fmap == "dpfp" and k == "nu"):
                     v = params[k]
-                    parts.append(v if isinstance(v, str) else f"{k}={_fmt(v)}")
+                    parts.append(v if isinstance(v, str) else f"{k}={format_value(v)}")
             parts += [f"d_key={row['d_key']}" if k == "d_key" else str(row[k]) for k in across]
             labels[tuple(row[k] for k in CONFIG_KEYS)] = " ".join(parts)
     counts = Counter(labels.values())
@@ -195,7 +180,8 @@ def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
 
 
 def analyze(cfg: DictConfig) -> None:
-    """Load, compute failure points, write runs.parquet, capacity.csv, figures and report.md."""
+    """Load, compute failure points, write runs.parquet, capacity.csv, scaling.csv, figures
+    and report.md."""
     exp_dir = experiment_dir(cfg.results_dir, cfg.experiment)
     runs, missing, damaged = load_runs(exp_dir)
     if runs.empty:
@@ -220,14 +206,16 @@ def analyze(cfg: DictConfig) -> None:
     capacity = published.reference_columns(
         capacity, None if reference.resolve() == exp_dir.resolve() else reference / "capacity.csv")
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
+    families = scaling.families(runs, seeds)
+    atomic_write_text(exp_dir / "scaling.csv", scaling.table(families).to_csv(index=False))
     search = is_search(runs)  # sparse probes: no grid to fill
     curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
-    figures, omitted = plots.all_figures(runs, capacity, points, curves, exp_dir, cfg.threshold,
-                                         cfg.accuracy_threshold, search)
+    figures, omitted = plots.all_figures(runs, capacity, points, curves, families, exp_dir,
+                                         cfg.threshold, cfg.accuracy_threshold, search)
     report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, counted,
-                                   missing, damaged, None if search else grid_holes(runs),
-                                   figures, omitted, cfg.threshold, cfg.accuracy_threshold,
-                                   rule=RULE)
+                                   families, missing, damaged,
+                                   None if search else grid_holes(runs), figures, omitted,
+                                   cfg.threshold, cfg.accuracy_threshold, rule=RULE)
     for line in damaged:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {len(runs)} runs of {cfg.experiment} -> {report}")

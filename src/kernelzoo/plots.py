@@ -3,8 +3,8 @@
 Every function takes DataFrames (``runs``: one row per summary plus ``label``; ``capacity``: the
 capacity table with its published columns; ``published``: the authors' points of the matching
 configurations, ``published.points``) and an output directory, writes one figure as PNG and SVG
-(``style.save``, atomically) and returns the PNG's path. The heatmaps are in ``heatmaps.py``; colours, label
-order and legends in ``style.py``.
+(``style.save``, atomically) and returns the PNG's path. The heatmaps are in ``heatmaps.py``,
+``capacity_scaling`` in ``scaling.py``; colours, label order and legends in ``style.py``.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter
 
+from kernelzoo import scaling
 from kernelzoo.heatmaps import heatmaps
 from kernelzoo.prediction import compare, compared
 from kernelzoo.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
-                             config_colors, dkey, is_search, legend, natural, save)
+                             config_colors, dkey, is_search, legend, log_square, natural,
+                             save)
 
 
 def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, bad_value: float,
@@ -174,21 +175,6 @@ def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float
     return save(fig, out_dir / "accuracy_vs_keys.png")
 
 
-def _log_square(ax, values: pd.Series) -> None:
-    """Both axes log scale over the values' range (a factor 1.5 of margin), powers of 2 as
-    ticks, and the dotted line y = x."""
-    low, high = values.min() / 1.5, values.max() * 1.5
-    ax.plot([low, high], [low, high], "k:", lw=1)
-    ticks = 2.0 ** np.arange(np.floor(np.log2(low)), np.ceil(np.log2(high)) + 1)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
-        axis.set_minor_formatter(NullFormatter())
-    ax.set_xlim(low, high)
-    ax.set_ylim(low, high)
-
-
 def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float,
                           out_dir: Path) -> Path:
     """Observed against predicted capacity (log-log) with y = x: each configuration's failure
@@ -212,7 +198,7 @@ def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float
         ax.text(0.5, 0.5, "no configuration with a bounded prediction and data",
                 ha="center", va="center", transform=ax.transAxes)
         return save(fig, out_dir / "observed_vs_predicted.png")
-    _log_square(ax, pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
+    log_square(ax, pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
                                rows["ci_high"], rows["published_capacity"].dropna()]))
     handles = ax.get_legend_handles_labels()[0] + [
         Line2D([], [], ls="none", marker=OUTCOME_MARKERS[o], color="grey", label=words)
@@ -244,7 +230,7 @@ def capacity_vs_rank(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> Pat
             y = r.observed_capacity
             ax.errorbar(float(getattr(r, column)), y, yerr=[[y - r.ci_low], [r.ci_high - y]],
                         fmt="o", ms=7, capsize=3, color=colors[r.label], label=r.label)
-        _log_square(ax, span)
+        log_square(ax, span)
         ax.set_xlabel(f"{name} (log)")
         ax.set_title(f"against {name}: mean |ln(n* / x)| = {score:.3f}", fontsize=9)
     axes[0].set_ylabel("observed failure point n* (log)")
@@ -328,20 +314,27 @@ def capacity_efficiency(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> 
 
 
 def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
-                curve_table: pd.DataFrame, out_dir: Path, threshold: float,
-                accuracy_threshold: float, search: bool = False) -> tuple[list[Path], list[str]]:
+                curve_table: pd.DataFrame, families: list[scaling.Family], out_dir: Path,
+                threshold: float, accuracy_threshold: float,
+                search: bool = False) -> tuple[list[Path], list[str]]:
     """Every figure of the analysis in report order, one colour per configuration, and one
     line per figure left out (why). A search's sparse probes have no grid for heatmaps;
-    ``capacity_vs_rank`` needs a configuration that fails at a point with diagnostics."""
+    ``capacity_vs_rank`` needs a configuration that fails at a point with diagnostics,
+    ``capacity_scaling`` (``scaling.figure``) a family of ``families`` that is fitted."""
     colors = config_colors(capacity["label"])
     maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
     ranked = not compared(capacity).empty
     if not ranked:
         omitted.append("capacity_vs_rank: left out, as no configuration fails at a point with a "
                        "bounded d_dot and an effective rank (diagnostics)")
+    scaled = any(f.law for f in families)
+    if not scaled:
+        omitted.append(f"capacity_scaling: left out, as no family has failure points at "
+                       f"{scaling.MIN_D_DOTS} or more d_dot values")
     return [
         loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
+        *([scaling.figure(families, out_dir)] if scaled else []),
         *([capacity_vs_rank(capacity, colors, out_dir)] if ranked else []),
         *([capacity_efficiency(capacity, colors, out_dir)]
           if len(efficiency_order(capacity)) >= 2 else []),

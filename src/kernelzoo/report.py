@@ -3,10 +3,12 @@
 Sections: what was run (runs, steps, wall time, machine, sweep invocations), the failure-point
 rule, the capacity table (each failure point with its honest bracket or interval and, for the
 authors' own configurations, the failure point of their published losses), the comparison with
-the paper, capacity efficiency, the feature rank during training, the refined prediction
-(effective rank at the failure point against d_dot), the stalls, the search's probes (for
-``search=bisect``: which n_keys were trained and why), what is missing or was treated as noise or
-set aside, and the figures (PNG embedded, SVG linked, one caption each).
+the paper, capacity efficiency, capacity against d_dot per family (``scaling.py``: n* =
+a d_dot^b with bootstrap intervals, where some family is fitted), the feature rank during
+training, the refined prediction (effective rank at the failure point against d_dot), the
+stalls, the search's probes (for ``search=bisect``: which n_keys were trained and why), what is
+missing or was treated as noise or set aside, and the figures (PNG embedded, SVG linked, one
+caption each).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo import prediction
+from kernelzoo import prediction, scaling
 from kernelzoo.files import StoreError, atomic_write_text
 from kernelzoo.plots import efficiency_order
 from kernelzoo.stalls import RULE as STALL_RULE
@@ -116,6 +118,9 @@ CAPTIONS = {
     "curves": "Eval loss during training of the runs just below and above each failure point, "
               "with tau and the trainer's stop threshold.",
     "accuracy_vs_keys": "Retrieval accuracy against the number of keys.",
+    "capacity_scaling": "Per family, each seed's failure point against d_dot (spread sideways a "
+                        "few percent by seed), the fitted n* = a d_dot^b with its 95% bootstrap "
+                        "band over seeds; the dotted line is y = x.",
     "capacity_vs_rank": "Each failure point against d_dot (left) and against the effective rank "
                         "of the written keys' features at the failure point (right), with its "
                         "bracket or interval over seeds; the dotted line is y = x.",
@@ -294,13 +299,14 @@ def sweep_lines(history: dict, n_runs: int) -> list[str]:
 
 
 def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
-                 capacity: pd.DataFrame, counted: pd.DataFrame, missing: list[str],
-                 damaged: list[str], holes: list[str], figures: list[Path], omitted: list[str],
-                 threshold: float, accuracy_threshold: float,
+                 capacity: pd.DataFrame, counted: pd.DataFrame, families: list[scaling.Family],
+                 missing: list[str], damaged: list[str], holes: list[str], figures: list[Path],
+                 omitted: list[str], threshold: float, accuracy_threshold: float,
                  rule: str) -> tuple[Path, list[str]]:
     """``report.md``: what ran where, the rule, the table, the stalls, the probes, what is
     missing; with every damaged file listed (``damaged``, an unreadable sweep.json and
-    diagnostics.json: returned too). ``counted``: the capacity table with stalls as failures."""
+    diagnostics.json: returned too). ``counted``: the capacity table with stalls as failures;
+    ``families``: ``scaling.families``."""
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
     steps = int(runs["steps"].fillna(0).sum())
@@ -349,8 +355,9 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                   "authors' losses): " + "; ".join(f"{r.label} {observed(r)} against "
                                                     f"{published(r)}"
                                                     for r in theirs.itertuples()) + "."]
-    lines += ["", *efficiency_table(capacity), *rank_changes(runs),
-              *prediction_section(runs, capacity), *stall_section(runs, capacity, counted)]
+    lines += ["", *efficiency_table(capacity), *scaling.section(families),
+              *rank_changes(runs), *prediction_section(runs, capacity),
+              *stall_section(runs, capacity, counted)]
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]

@@ -1,8 +1,11 @@
-"""What every figure of the analysis shares: label order, colours, markers, legends, saving.
+"""What every figure of the analysis shares: names, label order, colours, markers, legends, log-log
+axes, saving.
 
 One colour per configuration label throughout (``config_colors``: a fixed mapping in natural
 label order, so "m=64" comes before "m=128"). Figures use matplotlib's object API with the Agg
-canvas: no pyplot state, no display needed. ``save`` writes each figure as PNG and SVG.
+canvas: no pyplot state, no display needed. ``save`` writes each figure as PNG and SVG. A map's
+name in labels is ``BASE_LABELS`` (else its feature_map), its parameters as ``canonical_params``
+writes them.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ import re
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from kernelzoo.files import atomic_write
 
@@ -23,6 +28,26 @@ OUTCOME_WORDS = {"fails_at": "fails at n* (bar: its bracket, or the interval ove
                  "fails_everywhere": "fails everywhere: upper bound"}
 PUBLISHED_LABEL = "published (Schlag et al. 2021)"
 SVG_SETTINGS = {"svg.fonttype": "none", "svg.hashsalt": "kernelzoo"}  # text as text, stable ids
+BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
+               "relu": "ReLU", "taylor": "Taylor", "squared_relu": "ReLU²", "hedgehog": "Hedgehog",
+               "t2r": "T2R", "rebased": "ReBased", "polysketch": "PolySketch",
+               "cosformer": "cosFormer"}
+# the parameter each map resolves from d_dot (``params_for_d_dot`` in feature_maps.py and zoo.py;
+# the maps without one set d_key from d_dot): shown in every label, left out of a scaling family
+D_DOT_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",), "t2r": ("m",),
+                "polysketch": ("r",)}
+
+
+def format_value(value) -> str:
+    """A parameter's value as labels and ``canonical_params`` show it: true, 1, 0.5, name."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def canonical_params(params: dict) -> str:
+    """``{"nu": 2, "a": True}`` -> ``"a=true,nu=2"``; ``""`` for no parameters."""
+    return ",".join(f"{k}={format_value(v)}" for k, v in sorted(params.items()))
 
 
 def natural_key(label: str) -> list:
@@ -54,6 +79,21 @@ def dkey(values) -> str:
 def is_search(runs: pd.DataFrame) -> bool:
     """True for the runs of a failure-point search (``search=bisect``), which are its probes."""
     return "probe_round" in runs and bool(runs["probe_round"].notna().any())
+
+
+def log_square(ax, values: pd.Series) -> None:
+    """Both axes log scale over the values' range (a factor 1.5 of margin), powers of 2 as
+    ticks, and the dotted line y = x."""
+    low, high = values.min() / 1.5, values.max() * 1.5
+    ax.plot([low, high], [low, high], "k:", lw=1)
+    ticks = 2.0 ** np.arange(np.floor(np.log2(low)), np.ceil(np.log2(high)) + 1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
 
 
 def save(fig: Figure, path: Path) -> Path:
