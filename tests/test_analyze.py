@@ -202,16 +202,16 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
     assert len(runs) == (6 + 6 + 5) + 3 * 6 + 6 + 6 + 1
     with open(exp / "capacity.csv") as f:
         header = next(csv.reader(f))
-    assert header[:13] == list(CAPACITY_COLUMNS) == [
-        "feature_map", "params", "d_key", "d_dot", "update_rule", "predicted_capacity", "n_seeds",
+    assert header[:14] == list(CAPACITY_COLUMNS) == [
+        "feature_map", "params", "d_key", "d_dot", "update_rule", "lr", "predicted_capacity", "n_seeds",
         "observed_capacity", "ci_low", "ci_high", "first_failure", "ratio", "outcome"]
-    assert header[13] == "observed_capacity_acc"
+    assert header[14] == "observed_capacity_acc"
     assert header[-4:] == [*analyze.published.PUBLISHED_COLUMNS,
                            *analyze.published.REFERENCE_COLUMNS] == [
         "published_capacity", "published_outcome", "reference_capacity",
         "reference_outcome"]  # appended after label
     capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
-    assert capacity.shape == (5, 25)
+    assert capacity.shape == (5, 26)
     assert capacity.loc["ELU+1", "observed_capacity"] == pytest.approx(crossing(60, 1e-4, 80, 0.3))
 
     report = (exp / "report.md").read_text()

@@ -75,7 +75,9 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
             missing.append(path.name)
         else:
             try:
-                rows.append(_row(read_summary(path), path.name))
+                lr = read_config_value(path, "trainer.lr")  # a configuration's too: lr_robustness
+                rows.append({**_row(read_summary(path), path.name),
+                             "lr": "" if lr is None else format_value(lr)})
             except StoreError as err:
                 damaged.append(str(err))
     runs = pd.DataFrame(rows)
@@ -104,7 +106,7 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
     configurations, and d_key / update_rule / d_dot only where needed to tell them apart.
     """
     configs = runs.drop_duplicates(list(CONFIG_KEYS))
-    across = [k for k in ("d_key", "update_rule") if runs[k].nunique() > 1]
+    across = [k for k in ("d_key", "update_rule", "lr") if runs[k].nunique() > 1]
     labels = {}
     for fmap, group in configs.groupby("feature_map"):
         dicts = [json.loads(p) for p in group["feature_map_params"]]
@@ -119,7 +121,7 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
                 if k in params and not (fmap == "dpfp" and k == "nu"):
                     v = params[k]
                     parts.append(v if isinstance(v, str) else f"{k}={format_value(v)}")
-            parts += [f"d_key={row['d_key']}" if k == "d_key" else str(row[k]) for k in across]
+            parts += [f"{k}={row[k]}" if k in ("d_key", "lr") else str(row[k]) for k in across]
             labels[tuple(row[k] for k in CONFIG_KEYS)] = " ".join(parts)
     counts = Counter(labels.values())
     labels = {key: f"{lab} d_dot={key[3]}" if counts[lab] > 1 else lab

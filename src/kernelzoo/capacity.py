@@ -36,7 +36,7 @@ import pandas as pd
 from kernelzoo.search import LOSS_FLOOR, candidate, failing
 from kernelzoo.style import natural_key
 
-CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule")
+CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule", "lr")
 CAPACITY_COLUMNS = CONFIG_KEYS + (
     "predicted_capacity", "n_seeds", "observed_capacity", "ci_low", "ci_high", "first_failure",
     "ratio", "outcome",

@@ -8,7 +8,8 @@ the authors', under its label; ``capacity_columns`` runs the analysis' failure-p
 each series.
 
 A configuration is one of the authors' when it is Setting 1 (task ``capacity``) at the same
-d_key and update rule, with the feature map and the parameters that define their map:
+d_key, update rule and learning rate (1e-3; stores that do not record it count as 1e-3), with
+the feature map and the parameters that define their map:
 
 - ``linear``: ``elu``;
 - ``dpfpN``: ``dpfp`` with nu = N;
@@ -59,10 +60,14 @@ def load() -> pd.DataFrame:
     return table
 
 
+PUBLISHED_LR = "0.001"  # the analysis' lr column (style.format_value) of the authors' 1e-3
+
+
 def _matches(name: str, rule: str, d_key: int, config) -> bool:
     fmap, required = configuration(name)
     params = json.loads(config.feature_map_params)
     return (config.task == "capacity" and config.feature_map == fmap
+            and getattr(config, "lr", "") in ("", PUBLISHED_LR)
             and int(config.d_key) == d_key and config.update_rule == UPDATE_RULES.get(rule, rule)
             and all(k in params and params[k] == v for k, v in required.items()))
 

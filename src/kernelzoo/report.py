@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo import prediction, scaling
+from kernelzoo import learning_rate, prediction, scaling
 from kernelzoo.files import StoreError, atomic_write_text
 from kernelzoo.plots import efficiency_order
 from kernelzoo.stalls import RULE as STALL_RULE
@@ -355,7 +355,8 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                   "authors' losses): " + "; ".join(f"{r.label} {observed(r)} against "
                                                     f"{published(r)}"
                                                     for r in theirs.itertuples()) + "."]
-    lines += ["", *efficiency_table(capacity), *scaling.section(families),
+    lines += ["", *efficiency_table(capacity), *learning_rate.section(capacity),
+              *scaling.section(families),
               *rank_changes(runs), *prediction_section(runs, capacity),
               *stall_section(runs, capacity, counted)]
     if runs["probe_round"].notna().any():
