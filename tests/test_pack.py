@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import base_env, smoke_args, sweep
+from conftest import PYTHON, base_env, run_cmd, smoke_args, sweep
 from hydra import compose, initialize_config_dir
 
 from kernelzoo import pack, store
@@ -162,3 +162,18 @@ def test_compile_auto_is_for_cuda_and_bad_values_are_refused():
     assert update(50) == 2  # sequences of 2S
     assert pack.most_runs("auto", "cuda", 32, 64, False)(600) == pack.AUTO_SIZE["cuda"]
     assert pack.most_runs("3", "cpu", 32, 64, False)(600) == 3
+
+
+def test_each_run_of_a_pack_logs_its_own_wandb_run(tmp_path):
+    """Offline wandb: the runs of one pack are concurrent wandb runs of one process, each with
+    its own files and its own summary."""
+    env = {**base_env(tmp_path), "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    res = run_cmd([PYTHON, "-m", "kernelzoo.train", "feature_map=elu", "n_keys=6", "d_key=8",
+                   "trainer=smoke", f"results_dir={tmp_path}", "pack_members=[[4,1],[6,2]]"],
+                  env, 300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("done ") == 3 and "a pack of 3" in res.stdout
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 3
+    summaries = [store.read_summary(d) for d in (tmp_path / "adhoc" / "runs").iterdir()]
+    assert sorted((s["n_keys"], s["seed"]) for s in summaries) == [(4, 1), (6, 1), (6, 2)]

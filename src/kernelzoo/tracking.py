@@ -190,7 +190,7 @@ def start(
             job_type=job_type,
             dir=str(wandb_dir),
             mode=mode,
-            reinit="finish_previous",
+            reinit="create_new",  # a pack trains (and logs) several runs at once
             settings=wandb.Settings(silent=True, console="off",
                                     init_timeout=float(os.environ.get("WANDB_INIT_TIMEOUT", 30))),
         )
