@@ -17,7 +17,8 @@ from kernelzoo import interrupt, store
 
 SWEEP = ["--multirun", "experiment=sig", "trainer=smoke", "logger=none", "trainer.threads=1",
          "d_key=4", "feature_map=elu", "n_keys=3,4", "trainer.max_steps=20000",
-         "trainer.patience=1000", "trainer.stop_loss=1e-12"]
+         "trainer.patience=1000", "trainer.stop_loss=1e-12",
+         "trainer.pack=1"]  # two jobs, so that two workers are in flight (packs: test_pack.py)
 
 
 def in_flight(results: Path) -> list[Path]:
@@ -30,9 +31,10 @@ def in_flight(results: Path) -> list[Path]:
 def interrupt_then_rerun(tmp_path, cli_env, background, launcher: list, sig: int,
                          to_group: bool) -> None:
     results = tmp_path / "results"
+    want = 1 if not launcher else 2  # with workers: both in flight, each past its start-up
     sweep = background([PYTHON, "-m", "kernelzoo.train", *SWEEP, f"results_dir={results}",
                         *launcher], cli_env, "sweep")
-    assert sweep.wait_for(lambda b: in_flight(results), timeout=300, poll=0.05), \
+    assert sweep.wait_for(lambda b: len(in_flight(results)) >= want, timeout=300, poll=0.05), \
         sweep.stdout + sweep.stderr
     workers, flying = interrupt.descendants(sweep.proc.pid), in_flight(results)
     sent = time.monotonic()

@@ -118,8 +118,10 @@ class _Run:
         self.initial = diagnostics.feature_ranks_of(self.model, self.probe)
         self.curve = store.CurveWriter(m.path)
         show = sys.stderr.isatty() if tr.progress == "auto" else tr.progress == "true"
-        self.bar = tqdm(total=tr.max_steps, desc=m.rid[:40], disable=not show, leave=False,
-                        unit="step")
+        # a bar only when shown: tqdm's lock is a multiprocessing semaphore, which a sweep
+        # worker stopped by SIGKILL would leak (the resource tracker then warns at exit)
+        self.bar = tqdm(total=tr.max_steps, desc=m.rid[:40], leave=False, unit="step") \
+            if show else None
         self.best, self.since_best, self.status, self.reason = math.inf, 0, "max_steps", None
         self.eval_loss = self.accuracy = math.nan
         self.steps = 0
@@ -143,8 +145,9 @@ class _Run:
         self.m.tracker.log({"train/loss": train_loss, "eval/loss": self.eval_loss,
                             "eval/accuracy": self.accuracy, "perf/steps_per_second": rate},
                            step=step)
-        self.bar.update(n)
-        self.bar.set_postfix(eval_loss=f"{self.eval_loss:.4g}")
+        if self.bar is not None:
+            self.bar.update(n)
+            self.bar.set_postfix(eval_loss=f"{self.eval_loss:.4g}")
         if not math.isfinite(self.eval_loss):
             self.status, self.reason = "diverged", f"non-finite eval loss at step {step}"
             return True
@@ -161,10 +164,14 @@ class _Run:
             return True
         return False
 
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.curve.close()
+
     def result(self) -> dict:
         """Close the run's files; the summary fields the loop determines, diagnostics included."""
-        self.bar.close()
-        self.curve.close()
+        self.close()
         ok = self.status != "diverged"
         found = dict.fromkeys(diagnostics.FIELDS)
         if ok:  # why it fails, measured from the trained model (diagnostics.py)
@@ -223,5 +230,4 @@ def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
             t_window = time.perf_counter()
     finally:
         for run in runs:  # interrupted: close what is open, write no summary
-            run.bar.close()
-            run.curve.close()
+            run.close()

@@ -138,12 +138,21 @@ def members(cfg: DictConfig) -> list[DictConfig]:
 
 def run(cfg: DictConfig, echo=print) -> list[tuple[str, dict | None]]:
     """Plan, skip or claim, train (together, as one pack), store the job's runs: (run_id,
-    summary or None when skipped) for each, each summary written the moment its run stops."""
-    outcomes: dict[int, tuple[str, dict | None]] = {}
+    summary or None when skipped) for each, each summary written the moment its run stops. In
+    a pack, a member that cannot be claimed (a damaged summary, a full disk) is (None,
+    {"status": "failed"}) and the others go on; a run alone raises."""
+    outcomes: dict[int, tuple[str | None, dict | None]] = {}
+    runs = members(cfg)
     with contextlib.ExitStack() as claims:
         todo = []
-        for i, c in enumerate(members(cfg)):
-            got = _claim(c, claims, echo)
+        for i, c in enumerate(runs):
+            try:
+                got = _claim(c, claims, echo)
+            except (UsageError, OSError) as err:  # e.g. a damaged summary: its pack goes on
+                if len(runs) == 1:
+                    raise
+                print(f"failed: {files.one_line(err)}", file=sys.stderr)
+                got = None, {"status": "failed"}
             if isinstance(got, tuple):
                 outcomes[i] = got
             else:
@@ -321,7 +330,9 @@ def _app(cfg: DictConfig) -> list[str | None]:
         point = [o for o in HydraConfig.get().overrides.task if not o.startswith("pack_members=")]
         for c, (rid, _) in zip(members(cfg), outcomes):
             try:
-                store.index_point(cfg.results_dir, cfg.experiment, member_point(point, c), rid)
+                if rid is not None:  # None: a pack member that failed, said above
+                    store.index_point(cfg.results_dir, cfg.experiment, member_point(point, c),
+                                      rid)
             except OSError as err:  # only a rerun's shortcut is lost: it composes the point again
                 print(f"warning: {files.one_line(err)}; the point is not indexed", file=sys.stderr)
             line = progress.finished(HydraConfig.get().sweep.dir)
