@@ -307,7 +307,7 @@ NOTES = """\
 - Rows with case `packed` (`bench_pack.py`): per run-step, a pack of `pack` runs of one n_keys
   (eager, or compiled by torch.compile: `compile`, with its first-step cost `compile_s`)
   against one run's eager step. On this CPU a pack pays only while its keys fit in cache
-  (`pack.most_runs`: 8 runs at n_keys 20, 2 at 100, none from ~260 at d_key 64); beyond that
+  (`pack.most_runs`: 8 runs at n_keys 20, 2 at 100, none from 129 at d_key 64); beyond that
   every elementwise pass goes to memory and a pack of 8 or 32 costs as much as its runs alone
   or more. Compilation fuses those passes: ~1.4-1.7x at every n_keys, more in packs at small
   n_keys, for 2-9 s per new shape in each process, which is why `trainer.compile=auto`
