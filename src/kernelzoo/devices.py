@@ -18,7 +18,8 @@ from .model import footprint
 GIB = 2**30
 
 
-def _check(ok: bool, message: str) -> None:
+def require(ok: bool, message: str) -> None:
+    """UsageError(message) unless ok."""
     if not ok:
         raise UsageError(message)
 
@@ -35,12 +36,12 @@ def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda":
         n = torch.cuda.device_count()
-        _check(n > 0, f"trainer.device={name} but no CUDA device is available here; "
+        require(n > 0, f"trainer.device={name} but no CUDA device is available here; "
                       "valid: auto, cpu")
-        _check((device.index or 0) < n, f"trainer.device={name} but only {n} CUDA device(s); "
+        require((device.index or 0) < n, f"trainer.device={name} but only {n} CUDA device(s); "
                                         f"valid: cuda:0 to cuda:{n - 1}, auto, cpu")
     if device.type == "mps":
-        _check(torch.backends.mps.is_available(),
+        require(torch.backends.mps.is_available(),
                f"trainer.device={name} but MPS is not available here; valid: auto, cpu")
     return device
 

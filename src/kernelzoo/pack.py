@@ -105,7 +105,6 @@ class Pack:
         self.models = models
         self.sizes = [m.n_keys for m in models]
         self.S = max(self.sizes)
-        self.e = int(2 * self.S * EMBED_FACTOR)
         self.names = [n for n, _ in first.named_parameters() if not n.startswith("phi.")]
         stateful = any(True for _ in first.phi.parameters()) or any(True for _ in first.phi.buffers())
         self.phis = [m.phi for m in models] if stateful else [first.phi]
@@ -113,39 +112,35 @@ class Pack:
                                        for m in models]).requires_grad_() for n in self.names}
         self.compiled = None  # the compiled step's forward (``compile``)
 
-    def _segments(self, name: str, model: RetrievalModel) -> list[list[tuple[int, int]]]:
-        S, e = model.n_keys, int(2 * model.n_keys * EMBED_FACTOR)
+    def _segments(self, name: str, n_keys: int) -> list[list[tuple[int, int]]]:
+        """Per dimension of parameter ``name``, where a run of ``n_keys`` keys sits in the
+        padded tensor: (start, length) segments ([] where the dimension is not padded). The
+        largest run's segments fill it, which gives the padded sizes."""
+        S, e = n_keys, int(2 * n_keys * EMBED_FACTOR)
         table = {"embedding.weight": [[(0, S), (self.S, S)], [(0, e)]],
                  "W_k.weight": [[], [(0, S), (self.S, e)]],
                  "W_beta.weight": [[], [(0, S), (self.S, e)]],
                  "W_q.weight": [[], [(0, e)]]}
         return table.get(name, [])
 
-    def _padded_shape(self, name: str, t: torch.Tensor) -> list[int]:
-        S, e = self.S, self.e
-        return {"embedding.weight": [2 * S, e], "W_k.weight": [t.shape[0], S + e],
-                "W_beta.weight": [1, S + e], "W_q.weight": [t.shape[0], e]}.get(name, list(t.shape))
-
     def _pad(self, name: str, model: RetrievalModel, t: torch.Tensor) -> torch.Tensor:
-        out = t
-        for dim, segments in enumerate(self._segments(name, model)):
+        full = self._segments(name, self.S)
+        for dim, segments in enumerate(self._segments(name, model.n_keys)):
             if segments:
-                shape = list(out.shape)
-                shape[dim] = self._padded_shape(name, t)[dim]
-                out = out.new_zeros(shape).index_copy(dim, _index(segments, t.device), out)
-        return out
+                shape = list(t.shape)
+                shape[dim] = sum(n for _, n in full[dim])
+                t = t.new_zeros(shape).index_copy(dim, _index(segments, t.device), t)
+        return t
 
     def _unpad(self, name: str, model: RetrievalModel, t: torch.Tensor) -> torch.Tensor:
-        for dim, segments in enumerate(self._segments(name, model)):
+        for dim, segments in enumerate(self._segments(name, model.n_keys)):
             if segments:
                 t = t.index_select(dim, _index(segments, t.device))
         return t
 
     def parameters(self) -> list[torch.Tensor]:
         """What the optimizer updates: the stacked parameters, then each run's map parameters."""
-        own = [p for phi in self.phis for p in phi.parameters()] if len(self.phis) > 1 else \
-            list(self.phis[0].parameters())
-        return list(self.params.values()) + own
+        return list(self.params.values()) + [p for phi in self.phis for p in phi.parameters()]
 
     @torch.no_grad()
     def sync(self, i: int) -> None:

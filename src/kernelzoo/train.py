@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_limits
 from . import __version__, config, files, interrupt, progress, store, tracking
 from .config import UsageError
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
-from .devices import check_memory, resolve_device
+from .devices import check_memory, require, resolve_device
 from .runner import Member, fit
 
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile")}  # how, not what, is computed
@@ -42,11 +42,6 @@ if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached
 
 
 LOG = logging.getLogger(__name__)  # a run's log file (train.log in its Hydra job directory)
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise UsageError(message)
 
 
 def plan(cfg: DictConfig) -> dict:
@@ -69,7 +64,7 @@ def plan(cfg: DictConfig) -> dict:
         phi = build_feature_map(name, **kwargs)
     except ConfigError as err:
         raise UsageError(f"feature_map={name}: {str(err).removeprefix(f'{name}: ')}") from None
-    _check(not (phi.is_softmax and mem.update_rule != "sum"),
+    require(not (phi.is_softmax and mem.update_rule != "sum"),
            f"memory.update_rule={mem.update_rule} with feature_map=softmax: softmax attention "
            "has no fast-weight state; valid: memory=sum")
     check_memory(c, phi, device, seq_len, eval_seq_len)
