@@ -6,6 +6,10 @@ import csv
 import json
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from kernelzoo import analyze
+
 CURVE = ("step", "train_loss", "eval_loss", "eval_accuracy")
 
 
@@ -55,3 +59,12 @@ def write_run(exp_dir: Path, *, n_keys: int, loss, seed: int = 1, feature_map: s
 def write_series(exp_dir: Path, losses: dict, **config) -> list[Path]:
     """One run per ``{n_keys: final_eval_loss}`` entry of one configuration and seed."""
     return [write_run(exp_dir, n_keys=n, loss=loss, **config) for n, loss in losses.items()]
+
+
+def analyze_store(results: Path, experiment: str, threshold: float = 0.01) -> Path:
+    """Run the analysis on ``results/experiment`` as `python -m kernelzoo.analyze` would, with no
+    logger; returns the experiment directory."""
+    analyze.analyze(OmegaConf.create({"experiment": experiment, "results_dir": str(results),
+                                      "threshold": threshold, "accuracy_threshold": 0.99,
+                                      "logger": {"name": "none"}}))
+    return results / experiment

@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
-from omegaconf import OmegaConf
-from synthetic import write_run, write_series
+from synthetic import analyze_store, write_run, write_series
 
 from kernelzoo import analyze, heatmaps, plots, published, style
 from kernelzoo.capacity import capacity_table, seed_table
@@ -58,10 +57,7 @@ def analysed(tmp_path_factory):
     """The figure2-like store, analysed in process: (experiment dir, runs, capacity table)."""
     results = tmp_path_factory.mktemp("results")
     make_figure2_like(results / "fig")
-    analyze.analyze(OmegaConf.create({"experiment": "fig", "results_dir": str(results),
-                                      "threshold": TAU, "accuracy_threshold": 0.99,
-                                      "logger": {"name": "none"}}))
-    exp = results / "fig"
+    exp = analyze_store(results, "fig", TAU)
     return exp, pd.read_parquet(exp / "runs.parquet"), pd.read_csv(exp / "capacity.csv")
 
 

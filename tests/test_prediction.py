@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
-from synthetic import write_run
+from synthetic import analyze_store, write_run
 
 from kernelzoo import analyze, prediction
 from kernelzoo.capacity import capacity_table, seed_table
@@ -84,10 +83,7 @@ def test_a_store_without_diagnostics_has_no_effective_rank(tmp_path):
 def test_analysis_writes_the_columns_the_section_and_the_figure(tmp_path, capsys):
     results = tmp_path / "results"
     write_ranked_store(results / "r")
-    analyze.analyze(OmegaConf.create({"experiment": "r", "results_dir": str(results),
-                                      "threshold": TAU, "accuracy_threshold": 0.99,
-                                      "logger": {"name": "none"}}))
-    exp = results / "r"
+    exp = analyze_store(results, "r", TAU)
     table = pd.read_csv(exp / "capacity.csv")
     columns = list(table.columns)
     assert columns[columns.index("label") - 2:columns.index("label")] == list(prediction.COLUMNS)

@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
-from synthetic import write_series
+from synthetic import analyze_store, write_series
 
 from kernelzoo import analyze, scaling
 from kernelzoo.capacity import seed_table
@@ -99,10 +98,7 @@ def test_families_group_what_d_dot_decides_and_skip_fewer_than_three_d_dot(tmp_p
 def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, capsys):
     results = tmp_path / "results"
     write_family_store(results / "s")
-    analyze.analyze(OmegaConf.create({"experiment": "s", "results_dir": str(results),
-                                      "threshold": TAU, "accuracy_threshold": 0.99,
-                                      "logger": {"name": "none"}}))
-    exp = results / "s"
+    exp = analyze_store(results, "s", TAU)
     table = pd.read_csv(exp / "scaling.csv")
     assert list(table.columns) == list(scaling.COLUMNS)
     assert table.groupby("family")["d_dot"].apply(list).to_dict() == {
