@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from kernelzoo import config, files, interrupt, progress, store, tracking
 
-from .points import check_launcher, check_points, fail
+from .points import check_launcher, check_points, fail, override_key, override_value
 
 
 def machine() -> str:
@@ -44,14 +44,6 @@ def machine() -> str:
 
 
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+")
-
-
-def _value(point: list[str], key: str, default) -> str:
-    return next((o.split("=", 1)[1] for o in point if _key(o) == key), default)
 
 
 class GridSweeper(BasicSweeper):
@@ -166,15 +158,15 @@ class GridSweeper(BasicSweeper):
 
         groups: dict[tuple, list[list[str]]] = {}
         for point in points:
-            rest = tuple(o for o in point if _key(o) not in ("n_keys", "seed"))
+            rest = tuple(o for o in point if override_key(o) not in ("n_keys", "seed"))
             groups.setdefault(rest, []).append(point)
         jobs = []
         for rest, group in groups.items():
-            n_keys = [int(_value(p, "n_keys", self.config.n_keys)) for p in group]
+            n_keys = [int(override_value(p, "n_keys", self.config.n_keys)) for p in group]
             for members in pack.form(n_keys, self._most_runs(list(rest))):
                 leader, others = group[members[0]], [group[i] for i in members[1:]]
-                extra = [f"[{_value(p, 'n_keys', self.config.n_keys)},"
-                         f"{_value(p, 'seed', self.config.seed)}]" for p in others]
+                extra = [f"[{override_value(p, 'n_keys', self.config.n_keys)},"
+                         f"{override_value(p, 'seed', self.config.seed)}]" for p in others]
                 jobs.append((n_keys[members[0]],
                              leader + ([f"pack_members=[{','.join(extra)}]"] if extra else [])))
         return [job for _, job in sorted(jobs, key=lambda j: -j[0])]
@@ -184,13 +176,17 @@ class GridSweeper(BasicSweeper):
         from kernelzoo import pack
 
         c = self.config
-        task = _value(point, "task", None)
+
+        def value(key, default):
+            return override_value(point, key, default)
+
+        task = value("task", None)
         replacement = task == "update" if task else c.task.replacement
-        replacement = str(_value(point, "task.replacement", replacement)).lower() == "true"
-        return pack.most_runs(_value(point, "trainer.pack", c.trainer.pack),
-                              _value(point, "trainer.device", c.trainer.device),
-                              int(_value(point, "trainer.batch_size", c.trainer.batch_size)),
-                              int(_value(point, "d_key", c.d_key)), replacement)
+        replacement = str(value("task.replacement", replacement)).lower() == "true"
+        return pack.most_runs(value("trainer.pack", c.trainer.pack),
+                              value("trainer.device", c.trainer.device),
+                              int(value("trainer.batch_size", c.trainer.batch_size)),
+                              int(value("d_key", c.d_key)), replacement)
 
     def _record(self, record: dict, start, wall) -> None:
         """Append this invocation to sweep.json (a damaged one is kept aside, never lost)."""

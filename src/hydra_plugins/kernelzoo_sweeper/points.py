@@ -29,6 +29,16 @@ from kernelzoo import config
 from kernelzoo.config import UsageError
 
 
+def override_key(override: str) -> str:
+    """The key of a ``key=value`` override, without Hydra's ``+``."""
+    return override.split("=", 1)[0].lstrip("+")
+
+
+def override_value(point: list[str], key: str, default) -> str:
+    """The value a point's overrides give ``key``, else ``default``."""
+    return next((o.split("=", 1)[1] for o in point if override_key(o) == key), default)
+
+
 def fail(message: str) -> None:
     """End the sweep before anything is written: one line, exit code 2."""
     print(f"error: {message}", file=sys.stderr)

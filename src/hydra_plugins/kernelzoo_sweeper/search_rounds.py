@@ -30,7 +30,7 @@ from kernelzoo import files, store
 from kernelzoo.config import SearchConf
 from kernelzoo.search import Probe, Verdict, failing, make_spec, next_probes
 
-from .points import fail
+from .points import fail, override_key, override_value
 
 
 class Series:
@@ -69,14 +69,14 @@ class SearchRounds:
     def _series(self, points: list[list[str]]) -> list[Series]:
         groups: dict[tuple, list[int]] = {}
         for point in points:
-            rest = tuple(o for o in point if o.split("=", 1)[0].lstrip("+") != "n_keys")
+            rest = tuple(o for o in point if override_key(o) != "n_keys")
             keys = groups.setdefault(rest, [])
-            for o in point:
-                if o.split("=", 1)[0].lstrip("+") == "n_keys":
-                    try:
-                        keys.append(int(o.split("=", 1)[1]))
-                    except ValueError:
-                        fail(f"{o}: n_keys must be an integer in a search")
+            n_keys = override_value(point, "n_keys", None)
+            if n_keys is not None:
+                try:
+                    keys.append(int(n_keys))
+                except ValueError:
+                    fail(f"n_keys={n_keys}: n_keys must be an integer in a search")
         return [Series(rest, sorted(set(keys))) for rest, keys in groups.items()]
 
     def _plan(self, series: Series) -> None:
