@@ -23,7 +23,7 @@ def write_run(exp_dir: Path, *, n_keys: int, loss, seed: int = 1, feature_map: s
               update_rule: str = "sum", status: str = "converged", accuracy="auto",
               reason: str | None = None, wall_seconds: float = 2.0,
               diagnostics: dict | None = None, dead: list | None = None,
-              config: str = "") -> Path:
+              config: str = "", task: str = "capacity") -> Path:
     """One run directory with summary.json, curve.csv and config.yaml; returns the directory.
     ``diagnostics``: summary fields of the diagnostics (dead_keys, phi_effective_rank, ...);
     ``dead``: the dead keys of its diagnostics.json; ``config``: more config.yaml lines."""
@@ -34,7 +34,7 @@ def write_run(exp_dir: Path, *, n_keys: int, loss, seed: int = 1, feature_map: s
     path.mkdir(parents=True)
     accuracy = accuracy_of(loss) if accuracy == "auto" else accuracy
     summary = {
-        "run_id": run_id, "experiment": exp_dir.name, "task": "capacity",
+        "run_id": run_id, "experiment": exp_dir.name, "task": task,
         "feature_map": feature_map, "feature_map_params": params, "d_key": d_key,
         "d_dot": d_dot, "predicted_capacity": d_dot, "n_keys": n_keys, "seq_len": n_keys,
         "update_rule": update_rule, "normalisation": "attention", "seed": seed,

@@ -3,12 +3,13 @@
 Sections: what was run (runs, steps, wall time, machine, sweep invocations), the failure-point
 rule, the capacity table (each failure point with its honest bracket or interval and, for the
 authors' own configurations, the failure point of their published losses), the comparison with
-the paper, capacity efficiency, capacity against d_dot per family (``scaling.py``: n* =
-a d_dot^b with bootstrap intervals, where some family is fitted), the feature rank during
-training, the refined prediction (effective rank at the failure point against d_dot), the
-stalls, the search's probes (for ``search=bisect``: which n_keys were trained and why), what is
-missing or was treated as noise or set aside, and the figures (PNG embedded, SVG linked, one
-caption each).
+the paper, capacity efficiency, the update rules compared (``update_rules.py``, where the
+experiment has several), the learning rates compared (``learning_rate.py``), capacity against
+d_dot per family (``scaling.py``: n* = a d_dot^b with bootstrap intervals, where some family is
+fitted), the feature rank during training, the refined prediction (effective rank at the
+failure point against d_dot), the stalls, the search's probes (for ``search=bisect``: which
+n_keys were trained and why), what is missing or was treated as noise or set aside, and the
+figures (PNG embedded, SVG linked, one caption each).
 """
 
 from __future__ import annotations
@@ -17,19 +18,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo import learning_rate, prediction, scaling
+from kernelzoo import learning_rate, prediction, scaling, update_rules
 from kernelzoo.files import StoreError, atomic_write_text
 from kernelzoo.plots import efficiency_order
 from kernelzoo.stalls import RULE as STALL_RULE
 from kernelzoo.stalls import has_diagnostics, moved, stall_lines, stall_rates
 from kernelzoo.store import read_sweep, trained_points
-from kernelzoo.style import natural, natural_key
-
-
-def _cell(value, digits: int = 3) -> str:
-    if value is None or pd.isna(value):
-        return "–"
-    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+from kernelzoo.style import bound, cell, natural, natural_key
 
 
 def observed(r) -> str:
@@ -40,25 +35,16 @@ def observed(r) -> str:
         return "–"
     if r.n_seeds == 1:
         if outcome == "never_fails":
-            return f">= {_cell(value)}"
+            return f">= {cell(value)}"
         if outcome == "fails_everywhere":
-            return f"<= {_cell(value)}"
-        return f"{_cell(value)} (between {_cell(r.ci_low)} and {_cell(r.ci_high)})"
-    return f"{_cell(value)} [{_cell(r.ci_low)}, {_cell(r.ci_high)}] over {r.n_seeds} seeds"
-
-
-def compared(value, outcome) -> str:
-    """A failure point to compare with (published, reference): bounds as inequalities, "–"
-    where there is none."""
-    if outcome is None or pd.isna(outcome):
-        return "–"
-    sign = {"never_fails": ">= ", "fails_everywhere": "<= "}.get(outcome, "")
-    return sign + _cell(value)
+            return f"<= {cell(value)}"
+        return f"{cell(value)} (between {cell(r.ci_low)} and {cell(r.ci_high)})"
+    return f"{cell(value)} [{cell(r.ci_low)}, {cell(r.ci_high)}] over {r.n_seeds} seeds"
 
 
 def published(r) -> str:
     """The failure point of the authors' published losses ("–": not one of theirs)."""
-    return compared(r.published_capacity, r.published_outcome)
+    return bound(r.published_capacity, r.published_outcome)
 
 
 def has_published(capacity: pd.DataFrame) -> bool:
@@ -82,12 +68,12 @@ def markdown_table(capacity: pd.DataFrame) -> list[str]:
     for r in capacity.itertuples():
         seeds = f"{r.n_seeds} seed" + ("" if r.n_seeds == 1 else "s")
         lines.append("| " + " | ".join([
-            r.label, _cell(r.d_dot), _cell(r.predicted_capacity) if pd.notna(r.predicted_capacity)
+            r.label, cell(r.d_dot), cell(r.predicted_capacity) if pd.notna(r.predicted_capacity)
             else "unbounded", seeds, observed(r),
-            *([compared(r.reference_capacity, r.reference_outcome)] if ref else []),
+            *([bound(r.reference_capacity, r.reference_outcome)] if ref else []),
             *([published(r)] if extra else []),
-            _cell(r.first_failure), _cell(r.ratio), r.outcome,
-            f"{_cell(r.observed_capacity_acc)} ({r.outcome_acc})"]) + " |")
+            cell(r.first_failure), cell(r.ratio), r.outcome,
+            f"{cell(r.observed_capacity_acc)} ({r.outcome_acc})"]) + " |")
     return lines
 
 
@@ -195,7 +181,7 @@ def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -
     for label in sorted(probes["label"].unique(), key=natural_key):
         group = probes[probes["label"] == label].sort_values(["seed", "probe_round", "n_keys"])
         row = capacity[capacity["label"] == label].iloc[0]
-        lines += [f"**{label}** (d_dot {_cell(row.d_dot) if pd.notna(row.d_dot) else 'unbounded'}"
+        lines += [f"**{label}** (d_dot {cell(row.d_dot) if pd.notna(row.d_dot) else 'unbounded'}"
                   f"): {row.outcome}, {observed(row)}", "",
                   "| seed | round | n_keys | why | final eval loss | result |",
                   "|---|---|---|---|---|---|"]
@@ -207,7 +193,7 @@ def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -
                     else "passes"
                 result += " (stalled)" if r.stalled else ""
             lines.append(f"| {r.seed} | {int(r.probe_round)} | {r.n_keys} | {r.probe_why} | "
-                         f"{_cell(r.final_eval_loss, 4)} | {result} |")
+                         f"{cell(r.final_eval_loss, 4)} | {result} |")
         lines.append("")
     return lines
 
@@ -225,7 +211,7 @@ def noise(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[str]:
             run = runs[(runs["label"] == r.label) & (runs["seed"] == r.seed)
                        & (runs["n_keys"] == n)].iloc[0]
             items.append(f"{r.label}, seed {r.seed}, n_keys {int(n)}: final eval loss "
-                         f"{_cell(run['final_eval_loss'], 4)} ({run['status']})")
+                         f"{cell(run['final_eval_loss'], 4)} ({run['status']})")
     return items
 
 
@@ -355,7 +341,8 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                   "authors' losses): " + "; ".join(f"{r.label} {observed(r)} against "
                                                     f"{published(r)}"
                                                     for r in theirs.itertuples()) + "."]
-    lines += ["", *efficiency_table(capacity), *learning_rate.section(capacity),
+    lines += ["", *efficiency_table(capacity), *update_rules.section(capacity, runs),
+              *learning_rate.section(capacity),
               *scaling.section(families),
               *rank_changes(runs), *prediction_section(runs, capacity),
               *stall_section(runs, capacity, counted)]

@@ -45,6 +45,21 @@ def format_value(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def cell(value, digits: int = 3) -> str:
+    """A number as report tables show it (3 significant digits), "–" where there is none."""
+    if value is None or pd.isna(value):
+        return "–"
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def bound(value, outcome) -> str:
+    """A failure point with its outcome: bounds as inequalities, "–" where there is none."""
+    if outcome is None or pd.isna(outcome) or outcome == "no_data":
+        return "–"
+    sign = {"never_fails": ">= ", "fails_everywhere": "<= "}.get(outcome, "")
+    return sign + cell(value)
+
+
 def canonical_params(params: dict) -> str:
     """``{"nu": 2, "a": True}`` -> ``"a=true,nu=2"``; ``""`` for no parameters."""
     return ",".join(f"{k}={format_value(v)}" for k, v in sorted(params.items()))
