@@ -1,5 +1,6 @@
-"""Tests for kernelzoo.feature_maps: golden numbers from the reference document (§), then
-statistical and structural properties. Statistical tests are float64 with fixed seeds."""
+"""Tests for the built-in maps (kernelzoo.feature_maps, dpfp and random_features): golden numbers
+from the reference document (§), then statistical and structural properties. Statistical tests
+are float64 with fixed seeds."""
 
 import json
 import math
@@ -13,10 +14,9 @@ from kernelzoo.feature_maps import (
     FeatureMap,
     InfeasibleError,
     build_feature_map,
-    gram_schmidt,
-    orthogonal_projection,
     resolve_params,
 )
+from kernelzoo.random_features import gram_schmidt, orthogonal_projection
 from kernelzoo.zoo import _max_sketch
 
 # The running example (introduction): rows are q_1..q_4, k_1..k_4, v_1..v_4.

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelzoo import feature_maps
+from kernelzoo import random_features
 from kernelzoo.feature_maps import build_feature_map
 from kernelzoo.model import RetrievalModel, retrieval_loss
 from kernelzoo.reference import reference_eval_forward, reference_forward
@@ -503,13 +503,13 @@ def twin_of(model):
 
 def count_draws(monkeypatch):
     """A list that gets one entry per projection drawn."""
-    drawn, draw = [], feature_maps.orthogonal_projection
+    drawn, draw = [], random_features.orthogonal_projection
 
     def counted(*args):
         drawn.append(1)
         return draw(*args)
 
-    monkeypatch.setattr(feature_maps, "orthogonal_projection", counted)
+    monkeypatch.setattr(random_features, "orthogonal_projection", counted)
     return drawn
 
 

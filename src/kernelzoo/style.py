@@ -32,8 +32,9 @@ BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "so
                "relu": "ReLU", "taylor": "Taylor", "squared_relu": "ReLU²", "hedgehog": "Hedgehog",
                "t2r": "T2R", "rebased": "ReBased", "polysketch": "PolySketch",
                "cosformer": "cosFormer"}
-# the parameter each map resolves from d_dot (``params_for_d_dot`` in feature_maps.py and zoo.py;
-# the maps without one set d_key from d_dot): shown in every label, left out of a scaling family
+# the parameter each map resolves from d_dot (``params_for_d_dot`` in dpfp.py, random_features.py
+# and zoo.py; the maps without one set d_key from d_dot): shown in every label, left out of a
+# scaling family
 D_DOT_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",), "t2r": ("m",),
                 "polysketch": ("r",)}
 
