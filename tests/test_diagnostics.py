@@ -6,9 +6,11 @@ import math
 
 import pytest
 import torch
+from test_train import cli, run_dirs
 
-from kernelzoo.diagnostics import (SPREAD_MIN, VANISH_RATIO, dead_keys, feature_ranks, measure,
-                                   read_margins)
+from kernelzoo import store
+from kernelzoo.diagnostics import (SPREAD_MIN, VANISH_RATIO, dead_keys, divergence,
+                                   feature_ranks, measure, read_margins)
 from kernelzoo.feature_maps import build_feature_map
 from kernelzoo.model import RetrievalModel
 from kernelzoo.task import RetrievalTask
@@ -166,3 +168,50 @@ def test_reports_note_configurations_whose_feature_rank_moved():
     assert "| ReBased | 65 | 41.0 | 56.0 | +37% | 2 |" in lines
     assert not any(line.startswith("| ELU+1") for line in lines)
     assert rank_changes(runs.drop(columns="phi_effective_rank")) == []
+
+
+def zero_key_model(key_eps: float = 0.0) -> RetrievalModel:
+    """The authors' delta rule (sum normalisation) on ReLU features whose keys are all 0."""
+    model = RetrievalModel(S, build_feature_map("relu", d_key=S), "delta", "sum",
+                           key_eps=key_eps).double()
+    with torch.no_grad():
+        model.W_k.weight.zero_()
+        model.W_k.bias.zero_()
+    return model
+
+
+def test_divergence_names_keys_whose_features_are_all_zero():
+    batch = eval_batch()
+    model = zero_key_model()
+    assert model(batch.keys, batch.values, batch.query).isnan().all()  # 0/0, as the clause says
+    assert divergence(model, batch, 300) == (
+        "at step 300 100.0% of written keys had all-zero features (the sum normalisation with "
+        "key_eps = 0 makes each 0/0)")
+    guarded = zero_key_model(key_eps=1e-6)
+    assert torch.isfinite(guarded(batch.keys, batch.values, batch.query)).all()
+    assert divergence(guarded, batch, 0) == "at initialisation 100.0% of written keys had " \
+                                             "all-zero features"
+
+
+def test_divergence_names_non_finite_parameters_and_says_when_nothing_is_found():
+    batch = eval_batch()
+    model = RetrievalModel(S, build_feature_map("elu", d_key=S)).double()
+    assert divergence(model, batch, 0).endswith("were finite and nonzero: the loss went "
+                                                "non-finite during the steps after it")
+    with torch.no_grad():
+        model.W_q.weight[0, 0] = math.inf
+    assert divergence(model, batch, 500) == \
+        "at step 500 parameters were already non-finite: W_q.weight"
+
+
+def test_a_diverged_run_says_why_in_its_reason(tmp_path):
+    """ReLU features of 1-dimensional keys are 0 for about half the written keys: the authors'
+    delta rule divides 0 by 0 at the first step."""
+    res = cli("feature_map=relu", "d_key=1", "memory=delta", "n_keys=8", "trainer.max_steps=200",
+              f"results_dir={tmp_path}", "logger=none")
+    assert res.returncode == 0, res.stderr
+    summary = store.read_summary(run_dirs(tmp_path)[0])
+    assert summary["status"] == "diverged" and summary["steps"] == 1
+    assert summary["reason"].startswith("non-finite train loss at step 1; at initialisation ")
+    assert summary["reason"].endswith("of written keys had all-zero features (the sum "
+                                      "normalisation with key_eps = 0 makes each 0/0)")

@@ -20,6 +20,11 @@
   when that ratio is below ``VANISH_RATIO`` (its features are too small to be read), else
   "spread" when ``outranked_by`` >= ``SPREAD_MIN`` (its read-out is lost among many
   near-equal scores), else "collides" (one or two values win: the key it is confused with).
+- Why a run diverged (``divergence``, appended to its ``reason``): measured on the model as it
+  stood at its last evaluation before the non-finite loss (at initialisation when there was
+  none): non-finite parameters, written keys whose features are all 0 (with the sum
+  normalisation and key_eps = 0, the authors' delta rule, such a key is 0/0), non-finite
+  features (an overflowing exp).
 """
 
 from __future__ import annotations
@@ -128,6 +133,34 @@ def feature_ranks_of(model, batch) -> tuple[float | None, float | None]:
     """Mean (rank, effective rank) of the written keys' features over the batch's sequences;
     None for softmax."""
     return mean_ranks(written_features(model, batch))
+
+
+@torch.no_grad()
+def divergence(model, batch, step: int) -> str:
+    """Why ``model``, as it stood at ``step`` (its last evaluation), could go non-finite: one
+    clause for the run's ``reason`` (see the module docstring)."""
+    when = f"at step {step}" if step else "at initialisation"
+    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        return f"{when} parameters were already non-finite: {', '.join(bad)}"
+    features = written_features(model, batch)
+    if features is None:
+        return f"{when} its parameters were finite (softmax: no features to check)"
+    flat = features.reshape(-1, features.shape[-1])
+    zero = float((flat == 0).all(-1).double().mean())
+    overflow = float((~torch.isfinite(flat)).any(-1).double().mean())
+    found = []
+    if zero:
+        divides = model.normalisation == "sum" and model.update_rule != "fwm" \
+            and model.key_eps == 0
+        found.append(f"{zero:.1%} of written keys had all-zero features"
+                     + (" (the sum normalisation with key_eps = 0 makes each 0/0)"
+                        if divides else ""))
+    if overflow:
+        found.append(f"{overflow:.1%} of written keys had non-finite features")
+    return f"{when} " + ("; ".join(found) if found else
+                         "parameters and written keys' features were finite and nonzero: the "
+                         "loss went non-finite during the steps after it")
 
 
 @torch.no_grad()

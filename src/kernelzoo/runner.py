@@ -124,7 +124,7 @@ class _Run:
             if show else None
         self.best, self.since_best, self.status, self.reason = math.inf, 0, "max_steps", None
         self.eval_loss = self.accuracy = math.nan
-        self.steps = 0
+        self.steps = self.evaluated = 0
 
     def check(self, losses: list[float], step: int, seconds: float) -> bool:
         """The protocol at an evaluation after the training losses ``losses`` of the last steps
@@ -138,6 +138,7 @@ class _Run:
             return True
         train_loss = sum(losses) / n
         self.eval_loss, self.accuracy = evaluate(self.model, self.task, tr)
+        self.evaluated = step
         rate = n / seconds
         self.curve.write(step, train_loss, self.eval_loss, self.accuracy)
         LOG.info("%sstep %d: train loss %.4g, eval loss %.4g, eval accuracy %.4f (%.0f steps/s)",
@@ -174,7 +175,9 @@ class _Run:
         self.close()
         ok = self.status != "diverged"
         found = dict.fromkeys(diagnostics.FIELDS)
-        if ok:  # why it fails, measured from the trained model (diagnostics.py)
+        if not ok:
+            self.reason += "; " + diagnostics.divergence(self.model, self.probe, self.evaluated)
+        else:  # why it fails, measured from the trained model (diagnostics.py)
             found, details = diagnostics.measure(self.model, self.probe, self.initial)
             files.atomic_write_text(self.m.path / "diagnostics.json",
                                     json.dumps(details, indent=1) + "\n")
@@ -218,7 +221,8 @@ def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
             rows = window[:len(runs), :n].tolist()  # one device sync per evaluation
             leaving = []
             for i, run in enumerate(runs):
-                pack.sync(i)
+                if all(map(math.isfinite, rows[i])):  # a diverged run's model keeps its last
+                    pack.sync(i)                       # finite weights (diagnostics.divergence)
                 if run.check(rows[i], step, seconds) or step >= tr.max_steps:
                     leaving.append(i)
             for i in leaving:
