@@ -427,3 +427,21 @@ def test_a_stall_counts_the_keys_an_evaluation_queries(tmp_path):
     runs, _, _ = analyze.load_runs(exp)
     marked = dict(zip(runs["seed"], stalls.stalled(runs, exp / "runs", TAU)))
     assert marked == {1: True, 2: False, 3: False}
+
+
+def test_a_configuration_that_is_only_infeasible_keeps_a_plain_label(tmp_path):
+    """dot_scaling asks DPFP for d_dot 16 at d_key 32: infeasible points, with no config.yaml
+    (so no lr) and nu None. Their row says no_data under a label without "None" or "lr=", and
+    the feasible configurations' labels do not grow an lr."""
+    lr = "trainer:\n  lr: 0.001\n"
+    write_series(tmp_path / "i", {32: 0.0005, 64: 0.3}, feature_map="dpfp", params={"nu": 1},
+                 d_dot=64, d_key=32, config=lr)
+    path = write_run(tmp_path / "i", n_keys=4, loss=None, accuracy=None, feature_map="dpfp",
+                     params={"nu": None}, d_dot=16, d_key=32, status="infeasible",
+                     reason="dpfp cannot reach d_dot=16 with d_key=32")
+    (path / "config.yaml").unlink()
+    runs, _, _ = analyze.load_runs(tmp_path / "i")
+    assert sorted(runs["label"].unique()) == ["DPFP", "DPFP-1"]
+    capacity = capacity_table(runs, seed_table(runs, TAU, 0.99))
+    assert capacity["label"].tolist() == ["DPFP", "DPFP-1"]
+    assert capacity["outcome"].tolist() == ["no_data", "fails_at"]

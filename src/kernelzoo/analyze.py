@@ -106,7 +106,8 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
     configurations, and d_key / update_rule / d_dot only where needed to tell them apart.
     """
     configs = runs.drop_duplicates(list(CONFIG_KEYS))
-    across = [k for k in ("d_key", "update_rule", "lr") if runs[k].nunique() > 1]
+    feasible = runs[runs["status"] != "infeasible"]  # an infeasible point has no lr to show
+    across = [k for k in ("d_key", "update_rule", "lr") if feasible[k].nunique() > 1]
     labels = {}
     for fmap, group in configs.groupby("feature_map"):
         dicts = [json.loads(p) for p in group["feature_map_params"]]
@@ -115,7 +116,7 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
                  or len({json.dumps(d.get(k)) for d in dicts}) > 1]
         for (_, row), params in zip(group.iterrows(), dicts):
             parts = [BASE_LABELS.get(fmap, fmap)]
-            if fmap == "dpfp" and "nu" in params:
+            if fmap == "dpfp" and params.get("nu") is not None:
                 parts = [f"DPFP-{params['nu']}"]
             for k in shown:
                 if k in params and not (fmap == "dpfp" and k == "nu"):
