@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from kernelzoo import bench, bench_pack
+from kernelzoo import bench, bench_pack, bench_report
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -23,7 +23,7 @@ CPU = torch.device("cpu")
 def test_run_row_has_every_column(row):
     out = bench.run_row(row, CPU, "wall", (50.0, 10.0), threads=1, memory_=False,
                         budget_s=0.0, max_repeats=1)
-    assert set(bench.COLUMNS) <= set(out)
+    assert set(bench_report.COLUMNS) <= set(out)
     assert out["baseline_ms"] > 0 and out["kernelzoo_ms"] > 0 and out["floor_ms"] > 0
     assert out["ratio"] == pytest.approx(out["baseline_ms"] / out["kernelzoo_ms"])
     assert math.isnan(out["baseline_peak_mb"]) and math.isnan(out["kernelzoo_peak_mb"])
@@ -36,17 +36,19 @@ def test_csv_and_markdown(tmp_path):
                           budget_s=0.0, max_repeats=1)]
     rows[0]["kernelzoo_peak_mb"] = bench.peak_mb_here(row, "kernelzoo", CPU)
     assert rows[0]["kernelzoo_peak_mb"] >= 0
-    bench.write_csv(rows, tmp_path / "bench.csv")
+    bench_report.write_csv(rows, tmp_path / "bench.csv")
     with open(tmp_path / "bench.csv") as f:
         reader = csv.reader(f)
         header, *body = list(reader)
-    assert header == bench.COLUMNS
-    assert len(body) == 1 and len(body[0]) == len(bench.COLUMNS)
+    assert header == bench_report.COLUMNS
+    assert len(body) == 1 and len(body[0]) == len(bench_report.COLUMNS)
     assert body[0][:4] == ["train_step", "linear", "10", "64"]
     assert body[0][7] == ""  and float(body[0][8]) >= 0  # baseline peak not measured: empty
-    bench.write_markdown(rows, tmp_path / "bench.md", CPU, "cpu", (50.0, 10.0), 1.0, ["sweep line"])
+    lines = bench_report.targets(rows, bench.eval_flop_ratio) + ["sweep line"]
+    bench_report.write_markdown(rows, tmp_path / "bench.md", CPU, "cpu", (50.0, 10.0), 1.0, lines)
     text = (tmp_path / "bench.md").read_text()
     assert "| train_step | linear | 10 | 64 |" in text and "GFLOP/s" in text
+    assert "\n- train step, every map at n_keys 10 >= 3x: " in text
     assert "\n- sweep line\n" in text
 
 
@@ -56,16 +58,16 @@ def test_sweep_targets_read_each_sweep_json(tmp_path):
         {"points": 80, "wall_seconds": 882.0, "outcomes": {"skipped": 0, "plateau": 80}},
         {"points": 240, "wall_seconds": 6861.0, "outcomes": {"skipped": 80, "plateau": 160},
          "machine": "a CPU"}]}))
-    quick, figure2 = bench.sweep_targets(tmp_path)
+    quick, figure2 = bench_report.sweep_targets(tmp_path)
     assert quick == f"`quick` sweep in at most 45 s: no sweep recorded in {tmp_path / 'quick'}"
     assert figure2 == ("`figure2` sweep in at most 75 min: NOT met (129 min for 240 trained points "
                        "over 2 invocation(s) on a CPU)")
     (tmp_path / "quick").mkdir()
     (tmp_path / "quick" / "sweep.json").write_text(json.dumps({"wall_seconds": 41.8, "invocations": [
         {"points": 32, "wall_seconds": 41.8}]}))
-    assert bench.sweep_targets(tmp_path)[0] == ("`quick` sweep in at most 45 s: met (42 s for 32 "
-                                                "trained points over 1 invocation(s) on an "
-                                                "unrecorded machine)")
+    assert bench_report.sweep_targets(tmp_path)[0] == ("`quick` sweep in at most 45 s: met (42 s "
+                                                       "for 32 trained points over 1 invocation(s) "
+                                                       "on an unrecorded machine)")
 
 
 def test_case_lists():

@@ -21,18 +21,17 @@ shared machine), else wall time (``torch.cuda.synchronize`` on cuda). Peak memor
 in a fresh subprocess that reports the rise of its peak resident set size (``getrusage`` /
 VmHWM, reset through /proc/self/clear_refs where allowed) over its size before the step, or
 ``torch.cuda.max_memory_allocated`` on cuda (in process); only for the largest n_keys of each
-case unless ``--memory all``. Outputs: ``bench.csv`` and ``bench.md`` in ``--out`` (``--quick``:
-``bench_quick.*``, so that a quick run does not overwrite the full table). ``floor_ms``: the contractions a step must do at this machine's measured
-matmul rate plus the bytes it must move (Adam's state, keys and their gradients) at its
+case unless ``--memory all``. Outputs (``bench_report``): ``bench.csv`` and ``bench.md`` in
+``--out`` (``--quick``: ``bench_quick.*``, so that a quick run does not overwrite the full
+table). ``floor_ms``: the contractions a step must do at this machine's measured matmul
+rate plus the bytes it must move (Adam's state, keys and their gradients) at its
 measured bandwidth; see ``floor_ms``.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
-import io
 import json
 import math
 import resource
@@ -43,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from . import bench_pack, files, memory, store
+from . import bench_pack, bench_report, memory
 from .feature_maps import build_feature_map
 from .model import RetrievalModel, retrieval_loss
 from .reference import reference_eval_forward, reference_forward
@@ -51,7 +50,6 @@ from .task import RetrievalTask
 
 D_KEY, BATCH, EVAL_SEQUENCES, EVAL_QUERIES, EVAL_QUERY_BATCH = 64, 32, 20, 200, 32
 EVAL_BASELINE_SEQUENCES = 1  # sequences timed for the baseline evaluation when S > 100
-SWEEP_SECONDS = {"quick": 45, "figure2": 75 * 60}  # the issue's wall-time targets of whole sweeps
 ADAM = {"fused": True}  # what the training loop should use: ~3x faster step on 2M parameters
 MAPS = {  # Figure 2 label -> (feature map, parameters)
     "softmax": ("softmax", {}),
@@ -60,8 +58,6 @@ MAPS = {  # Figure 2 label -> (feature map, parameters)
     **{f"favor-{m}": ("favor", {"m": m, "variant": "hyperbolic", "redraw": "every_call"})
        for m in (64, 128, 512)},
 }
-COLUMNS = ["case", "feature_map", "n_keys", "d_dot", "baseline_ms", "kernelzoo_ms", "ratio",
-           "baseline_peak_mb", "kernelzoo_peak_mb", "floor_ms", "pack", "compile", "compile_s"]
 
 
 def cases(quick: bool = False) -> list[dict]:
@@ -199,6 +195,18 @@ def floor_ms(row: dict, model: RetrievalModel, gflops: float, gbs: float) -> flo
     return 1e3 * (flops / gflops + bytes_ / gbs) / 1e9
 
 
+def eval_flop_ratio(row: dict, d_dot) -> float:
+    """Multiply-adds of the authors' evaluation over those of the one-pass one: per replicated
+    sequence the one-hot projection and the state (softmax: scores and their sum over values),
+    against the key and query tables and one Q x L x d_dot product per sequence. The ratio two
+    implementations running at the same rate would reach."""
+    S, d = row["n_keys"], D_KEY
+    L, Q, e = S, min(S, EVAL_QUERIES), int(2 * S * 1.1)
+    D = d if d_dot == "inf" else d_dot
+    per_copy = L * (S + e) * d + (L * d + L * S if d_dot == "inf" else L * S * D + S * D)
+    return EVAL_SEQUENCES * Q * per_copy / (2 * S * e * d + EVAL_SEQUENCES * L * Q * D)
+
+
 def _rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
@@ -274,152 +282,6 @@ def run_row(row: dict, device: torch.device, clock: str, rates, threads: int, me
     return out
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS)
-    writer.writeheader()
-    for r in rows:
-        writer.writerow({k: _cell(r.get(k, ""), "{:.4g}") for k in COLUMNS})
-    files.atomic_write_text(path, out.getvalue())
-
-
-def _cell(value, fmt: str) -> str:
-    """A float formatted with fmt, nan as an empty cell, anything else as str."""
-    if isinstance(value, float):
-        return "" if math.isnan(value) else fmt.format(value)
-    return str(value)
-
-
-NOTES = """\
-- Both sides use fused Adam (`ADAM`); `train.fit` passes `fused=True` too, so its steps
-  match the kernelzoo column (Adam's step alone: ~5.8 -> ~1.7 ms on 1.8M parameters, 1 thread).
-- Small n_keys: both sides are bound by per-op framework overhead (the n_keys 20 rows: ~1-7 ms
-  for ~100 small ops forward and backward), so ratios there sit near 1-2x; no eager-mode
-  rewrite removes that floor.
-- FAVOR+: both sides compute the same B x L x 2m features (projection, exp); that shared work
-  caps the ratio where the baseline's extra work (one-hot projection, state) is small, i.e. at
-  n_keys <= 200 for m = 64..512.
-- Evaluation at n_keys 100: the replicated baseline does only ~120-350x the multiply-adds of
-  the one pass (listed above), and the one pass also pays the framework floor, so 300x is out
-  of reach there; at n_keys 600 the ratio of work is ~700-1500x.
-- floor/kernelzoo: the fraction of the counted floor (`floor_ms`) reached; elementwise work and
-  overhead are not in the floor, so small rows sit far below 100%.
-- Rows with case `packed` (`bench_pack.py`): per run-step, a pack of `pack` runs of one n_keys
-  (eager, or compiled by torch.compile: `compile`, with its first-step cost `compile_s`)
-  against one run's eager step. On this CPU a pack pays only while its keys fit in cache
-  (`pack.most_runs`: 8 runs at n_keys 20, 2 at 100, none from 129 at d_key 64); beyond that
-  every elementwise pass goes to memory and a pack of 8 or 32 costs as much as its runs alone
-  or more. Compilation fuses those passes: ~1.4-1.7x at every n_keys, more in packs at small
-  n_keys, for 2-9 s per new shape in each process, which is why `trainer.compile=auto`
-  compiles on CUDA only.
-- Sweep wall times are read from each sweep's `sweep.json` (written by the sweeper, summed over
-  its invocations; `--sweeps` names the results directory). figure2's stopping rule trains
-  ~600k steps, most of the run time in points above capacity that train until the plateau rule
-  stops them: at this table's per-step costs that is about 3 hours of one core, so 60 minutes on
-  2 cores needs more per-step speed at n_keys >= 300 than the ~25-58% of the counted floor the
-  train step reaches there. More cores or a GPU (`scripts/gpu_check.sh`) is the way there.
-"""
-
-
-def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
-                   sweeps: list[str] = ()) -> None:
-    """bench.md: the machine, the command, the table with the fraction of the floor reached."""
-    cores = len(__import__("os").sched_getaffinity(0))
-    gpu = f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
-    lines = [
-        "# kernelzoo benchmark", "",
-        f"- machine: {store.cpu_model()}, {cores} cores{gpu}; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} thread(s), device {device}",
-        f"- command: `{' '.join(['python -m kernelzoo.bench'] + sys.argv[1:])}` ({seconds:.0f} s)",
-        f"- clock: {'thread CPU time' if clock == 'cpu' else 'wall time'}, best of repeats "
-        f"after a warm-up; measured matmul {rates[0]:.0f} GFLOP/s, bandwidth {rates[1]:.1f} GB/s",
-        "- peak memory: rise of the peak RSS over one unit of work (a step, an evaluation) in a "
-        "fresh subprocess (cuda: max_memory_allocated, in process); empty where not measured", "",
-        "| " + " | ".join(COLUMNS + ["floor/kernelzoo"]) + " |",
-        "|" + "---|" * (len(COLUMNS) + 1),
-    ]
-    for r in rows:
-        cells = [_cell(r.get(k, ""), "{:.3g}") for k in COLUMNS]
-        floor = r["floor_ms"] / r["kernelzoo_ms"]
-        lines.append("| " + " | ".join(cells + ["" if math.isnan(floor) else f"{floor:.0%}"]) + " |")
-    lines += ["", "## Targets", ""] + [f"- {t}" for t in [*targets(rows), *sweeps]]
-    lines += ["", "## Notes", "", NOTES]
-    files.atomic_write_text(path, "\n".join(lines) + "\n")
-
-
-def sweep_targets(results: Path) -> list[str]:
-    """Each named sweep's wall time against its target, from ``<results>/<name>/sweep.json``."""
-    out = []
-    for name, seconds in SWEEP_SECONDS.items():
-        what = f"`{name}` sweep in at most {_duration(seconds)}"
-        try:
-            history = store.read_sweep(results / name)
-        except store.StoreError as err:
-            out.append(f"{what}: unknown, {err}")
-            continue
-        if history is None:
-            out.append(f"{what}: no sweep recorded in {results / name}")
-            continue
-        runs, wall = history["invocations"], float(history["wall_seconds"])
-        trained = sum(map(store.trained_points, runs))
-        out.append(f"{what}: {'met' if wall <= seconds else 'NOT met'} ({_duration(wall)} for "
-                   f"{trained} trained points over {len(runs)} invocation(s) on "
-                   f"{runs[-1].get('machine', 'an unrecorded machine')})")
-    return out
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
-
-
-def eval_flop_ratio(row: dict, d_dot) -> float:
-    """Multiply-adds of the authors' evaluation over those of the one-pass one: per replicated
-    sequence the one-hot projection and the state (softmax: scores and their sum over values),
-    against the key and query tables and one Q x L x d_dot product per sequence. The ratio two
-    implementations running at the same rate would reach."""
-    S, d = row["n_keys"], D_KEY
-    L, Q, e = S, min(S, EVAL_QUERIES), int(2 * S * 1.1)
-    D = d if d_dot == "inf" else d_dot
-    per_copy = L * (S + e) * d + (L * d + L * S if d_dot == "inf" else L * S * D + S * D)
-    return EVAL_SEQUENCES * Q * per_copy / (2 * S * e * d + EVAL_SEQUENCES * L * Q * D)
-
-
-def targets(rows: list[dict]) -> list[str]:
-    """The issue's targets, each met / NOT met with the numbers behind it, and the reasons."""
-    def check(what, selected, need):
-        if not selected:
-            return f"{what}: not measured in this run"
-        worst = min(selected, key=lambda r: r["ratio"])
-        ok = worst["ratio"] >= need
-        short = [f"{r['feature_map']} {r['ratio']:.1f}x" for r in selected if r["ratio"] < need]
-        return (f"{what} >= {need}x: {'met' if ok else 'NOT met'} (lowest {worst['ratio']:.1f}x, "
-                f"{worst['feature_map']} at n_keys {worst['n_keys']})"
-                + ("" if ok else f"; below: {', '.join(short)}"))
-    train = [r for r in rows if r["case"] == "train_step"]
-    evals = [r for r in rows if r["case"] == "eval"]
-    packed = bench_pack.targets(rows)
-    out = [check("train step, DPFP-3 at n_keys 600",
-                 [r for r in train if r["feature_map"] == "dpfp-3" and r["n_keys"] == 600], 30)]
-    for s in sorted({r["n_keys"] for r in train}):
-        out.append(check(f"train step, every map at n_keys {s}",
-                         [r for r in train if r["n_keys"] == s], 10 if s >= 200 else 3))
-    for s in sorted({r["n_keys"] for r in evals}):
-        out.append(check(f"evaluation at n_keys {s}", [r for r in evals if r["n_keys"] == s], 300))
-        out.append(f"evaluation at n_keys {s}: the FLOP ratio of the two (the bound at equal "
-                   "rates) is " + ", ".join(f"{r['feature_map']} {eval_flop_ratio(r, r['d_dot']):.0f}x"
-                                            for r in evals if r["n_keys"] == s))
-    for case, what in (("delta", "delta rule train step"), ("delta_read", "delta rule read alone")):
-        for s in sorted({r["n_keys"] for r in rows if r["case"] == case}):
-            out.append(check(f"{what}, L {2 * s}",
-                             [r for r in rows if r["case"] == case and r["n_keys"] == s], 10))
-    floor = [r for r in train if r["n_keys"] == 20]
-    if floor:
-        out.append("framework floor, the train step at n_keys 20 (kernelzoo / baseline): "
-                   + ", ".join(f"{r['feature_map']} {r['kernelzoo_ms']:.1f} / {r['baseline_ms']:.1f} ms"
-                               for r in floor))
-    return out + packed
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a subset in under a minute")
@@ -454,11 +316,12 @@ def main(argv=None) -> None:
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in rows[-1].items()), flush=True)
     stem = Path(args.out) / ("bench_quick" if args.quick else "bench")
-    write_csv(rows, stem.with_suffix(".csv"))
-    sweeps = sweep_targets(Path(args.sweeps))
-    write_markdown(rows, stem.with_suffix(".md"), device, clock, rates,
-                   time.perf_counter() - start, sweeps)
-    print("\n".join(targets(rows) + sweeps))
+    bench_report.write_csv(rows, stem.with_suffix(".csv"))
+    lines = (bench_report.targets(rows, eval_flop_ratio)
+             + bench_report.sweep_targets(Path(args.sweeps)))
+    bench_report.write_markdown(rows, stem.with_suffix(".md"), device, clock, rates,
+                                time.perf_counter() - start, lines)
+    print("\n".join(lines))
     print(f"wrote {stem}.csv and {stem}.md")
 
 

@@ -85,7 +85,7 @@ def setup(row: dict, side: str, device: torch.device):
 
 
 def run_row(row: dict, device, clock: str, best_ms, budget_s: float) -> dict:
-    """A bench.csv row of case ``packed`` (bench.COLUMNS), per run-step."""
+    """A bench.csv row of case ``packed`` (bench_report.COLUMNS), per run-step."""
     fns = {side: setup(row, side, device) for side in ("baseline", "kernelzoo")}
     start = time.perf_counter()
     fns["kernelzoo"]()  # compiles (when asked) outside the timing
