@@ -34,7 +34,9 @@ from kernelzoo.pack import Pack
 ANALYZE_MISSING = not (REPO / "src" / "kernelzoo" / "analyze.py").is_file()
 SUITE_MAX_LINES = 5   # a message of the suite's own validation (exit 2)
 HYDRA_MAX_LINES = 8   # Hydra's own config errors (exit 1): non-blank lines
-STEP_REASON = re.compile(r"non-finite (train|eval) loss at step (\d+)")
+# the step, then why (diagnostics.divergence, measured at the last evaluation before it)
+STEP_REASON = re.compile(
+    r"non-finite (train|eval) loss at step (\d+); at (?:step \d+|initialisation) .+")
 
 
 # ================================================================== helpers
@@ -533,6 +535,9 @@ def test_all_zero_features_under_every_normalisation(tmp_path, memory, diverges)
     summary, lines = run_inprocess(results, "trainer.max_steps=100", *ZERO_FEATURES, *memory)
     if diverges:
         _assert_diverged(summary, results, step=1, kind="train")
+        assert summary["reason"].endswith("at initialisation 100.0% of written keys had all-zero "
+                                          "features (the sum normalisation with key_eps = 0 "
+                                          "makes each 0/0)")
     else:  # a zero read-out: y = 0, so the loss is exactly 0.5 and nothing is learnt
         assert summary["status"] in ("plateau", "max_steps"), summary
         assert summary["final_eval_loss"] == pytest.approx(0.5)

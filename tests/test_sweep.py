@@ -273,7 +273,7 @@ def test_diverged_point_does_not_stop_the_sweep(tmp_path, cli_env):
     [bad] = [s for s in summaries.values() if s["update_rule"] == "delta"]
     [good] = [s for s in summaries.values() if s["update_rule"] == "sum"]
     assert bad["status"] == "diverged"
-    m = re.fullmatch(r"non-finite (train|eval) loss at step (\d+)", bad["reason"] or "")
+    m = re.fullmatch(r"non-finite (train|eval) loss at step (\d+); at .+", bad["reason"] or "")
     assert m, bad["reason"]
     assert int(m.group(2)) == bad["steps"] >= 1
     assert bad["final_eval_loss"] is None
