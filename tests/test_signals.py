@@ -16,7 +16,7 @@ from conftest import PYTHON, _group_alive, json_file, train
 from kernelzoo import interrupt, store
 
 SWEEP = ["--multirun", "experiment=sig", "trainer=smoke", "logger=none", "trainer.threads=1",
-         "d_key=4", "feature_map=elu", "n_keys=3,4", "trainer.max_steps=20000",
+         "d_key=4", "feature_map=elu", "n_keys=3,4",
          "trainer.patience=1000", "trainer.stop_loss=1e-12",
          "trainer.pack=1"]  # two jobs, so that two workers are in flight (packs: test_pack.py)
 
@@ -29,10 +29,13 @@ def in_flight(results: Path) -> list[Path]:
 
 
 def interrupt_then_rerun(tmp_path, cli_env, background, launcher: list, sig: int,
-                         to_group: bool) -> None:
+                         to_group: bool, max_steps: int = 20000) -> None:
+    """``max_steps`` keeps the runs in flight long enough for the signal (workers must start);
+    the rerun trains them to it."""
     results = tmp_path / "results"
+    sweep_args = [*SWEEP, f"trainer.max_steps={max_steps}"]
     want = 1 if not launcher else 2  # with workers: both in flight, each past its start-up
-    sweep = background([PYTHON, "-m", "kernelzoo.train", *SWEEP, f"results_dir={results}",
+    sweep = background([PYTHON, "-m", "kernelzoo.train", *sweep_args, f"results_dir={results}",
                         *launcher], cli_env, "sweep")
     assert sweep.wait_for(lambda b: len(in_flight(results)) >= want, timeout=300, poll=0.05), \
         sweep.stdout + sweep.stderr
@@ -60,7 +63,7 @@ def interrupt_then_rerun(tmp_path, cli_env, background, launcher: list, sig: int
     assert last["interrupted"] == name
     assert flying and not any((run / "summary.json").exists() for run in flying)
 
-    rerun = train([*SWEEP, f"results_dir={results}"], cli_env)
+    rerun = train([*sweep_args, f"results_dir={results}"], cli_env)
     assert rerun.returncode == 0, rerun.explain()
     for run in flying:
         assert store.read_summary(run)["steps"] > 0
@@ -68,8 +71,10 @@ def interrupt_then_rerun(tmp_path, cli_env, background, launcher: list, sig: int
 
 
 def test_sigterm_stops_a_basic_sweep(tmp_path, cli_env, background):
-    """The basic launcher trains in the sweep's own process: the run in flight unwinds."""
-    interrupt_then_rerun(tmp_path, cli_env, background, [], signal.SIGTERM, to_group=False)
+    """The basic launcher trains in the sweep's own process: the run in flight unwinds. No
+    workers to wait for, so shorter runs (the rerun trains both: ~8 s instead of ~40)."""
+    interrupt_then_rerun(tmp_path, cli_env, background, [], signal.SIGTERM, to_group=False,
+                         max_steps=4000)
 
 
 @pytest.mark.slow
