@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from test_train import cli, run_dirs
+from conftest import train
 
 from kernelzoo import store
 from kernelzoo.diagnostics import (SPREAD_MIN, VANISH_RATIO, dead_keys, divergence,
@@ -204,13 +204,14 @@ def test_divergence_names_non_finite_parameters_and_says_when_nothing_is_found()
         "at step 500 parameters were already non-finite: W_q.weight"
 
 
-def test_a_diverged_run_says_why_in_its_reason(tmp_path):
+def test_a_diverged_run_says_why_in_its_reason(tmp_path, cli_env):
     """ReLU features of 1-dimensional keys are 0 for about half the written keys: the authors'
     delta rule divides 0 by 0 at the first step."""
-    res = cli("feature_map=relu", "d_key=1", "memory=delta", "n_keys=8", "trainer.max_steps=200",
-              f"results_dir={tmp_path}", "logger=none")
-    assert res.returncode == 0, res.stderr
-    summary = store.read_summary(run_dirs(tmp_path)[0])
+    res = train(["feature_map=relu", "d_key=1", "memory=delta", "n_keys=8",
+                 "trainer.max_steps=200", f"results_dir={tmp_path}", "logger=none"], cli_env)
+    assert res.returncode == 0, res.explain()
+    (run,) = (tmp_path / "adhoc" / "runs").iterdir()
+    summary = store.read_summary(run)
     assert summary["status"] == "diverged" and summary["steps"] == 1
     assert summary["reason"].startswith("non-finite train loss at step 1; at initialisation ")
     assert summary["reason"].endswith("of written keys had all-zero features (the sum "

@@ -34,10 +34,8 @@ def observed(r) -> str:
     if outcome == "no_data":
         return "–"
     if r.n_seeds == 1:
-        if outcome == "never_fails":
-            return f">= {cell(value)}"
-        if outcome == "fails_everywhere":
-            return f"<= {cell(value)}"
+        if outcome != "fails_at":
+            return bound(value, outcome)
         return f"{cell(value)} (between {cell(r.ci_low)} and {cell(r.ci_high)})"
     return f"{cell(value)} [{cell(r.ci_low)}, {cell(r.ci_high)}] over {r.n_seeds} seeds"
 
