@@ -11,6 +11,8 @@ OVERRIDES = results_dir=$(RESULTS) $(filter-out results_dir=%,$(ARGS))
 DRY_RUN = $(filter dry_run=true,$(ARGS))
 SYNC_TIMEOUT ?= 900
 TORCH_CPU ?= torch==2.13.0
+# pytest-xdist workers of `make test`: auto (one per core), a number, or 0 (one process)
+TEST_WORKERS ?= auto
 STAMP := $(VENV)/.installed
 
 .PHONY: help install sweep run plots test test-slow bench sync clean-venv
@@ -39,8 +41,8 @@ run: install  ## train one configuration: make run ARGS="feature_map=dpfp featur
 plots: install  ## regenerate tables, figures and report of an experiment from the store
 	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) $(OVERRIDES)
 
-test: install  ## the default test suite (a few minutes on 2 cores)
-	$(PY) -m pytest
+test: install  ## the default test suite, one pytest worker per core (a few minutes on 2 cores)
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 test-slow: install  ## the slower tests kept out of `make test`
 	$(PY) -m pytest -m slow
