@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernelzoo import memory
 from kernelzoo.memory import NORMALISATIONS, read, read_reference, softmax_read
 
 DEVICE = torch.device(os.environ.get("KERNELZOO_TEST_DEVICE", "cpu"))
@@ -134,6 +135,38 @@ def test_fwm(normalisation):
         torch.testing.assert_close(y[b], _fwm_by_hand(phi_k[b], v[b], phi_q[b], beta[b]))
     torch.testing.assert_close(y.mean(-1), torch.zeros(2, 4, dtype=y.dtype), atol=1e-10, rtol=0)
     torch.testing.assert_close(y.std(-1, unbiased=False), torch.ones(2, 4, dtype=y.dtype), atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fwm_chunked_state_matches_the_loop(dtype):
+    """`read`'s fwm state for large states (values and gradients) against the literal loop, with
+    keys large enough that the Frobenius renormalisation acts. float32 within 1e-4: the two
+    round differently through up to 130 renormalised steps."""
+    tol = {torch.float32: 1e-4, torch.float64: 1e-10}[dtype]
+    for B, L, _, D, d_v, chunk in SHAPES:
+        phi_k, v, _, beta = _inputs(B, L, 1, D, d_v, dtype, device=DEVICE)
+        phi_k = (phi_k * 4).detach().requires_grad_()
+        w = torch.randn(B, d_v, D, dtype=dtype, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+        results = []
+        for state in (memory._fwm_state_chunked(phi_k, v, beta, chunk),
+                      memory._recurrent_state(phi_k, v, beta, "fwm")):
+            results.append([state, *torch.autograd.grad((state * w).sum(), (phi_k, v, beta))])
+        for a, b in zip(*results):
+            torch.testing.assert_close(a, b, rtol=tol, atol=tol * b.abs().max().item())
+        norms = torch.linalg.matrix_norm(results[1][0])  # 1 exactly: the last step renormalised
+        torch.testing.assert_close(norms, torch.ones_like(norms))
+
+
+def test_fwm_read_uses_the_chunked_state_for_a_large_state(monkeypatch):
+    calls = []
+    chunked = memory._fwm_state_chunked
+    monkeypatch.setattr(memory, "_fwm_state_chunked", lambda *a: calls.append(1) or chunked(*a))
+    for B, D, d_v in ((2, 8, 16), (4, 64, 128)):  # 256 and 32768 state entries
+        phi_k, v, phi_q, beta = (x.detach() for x in _inputs(B, 20, 3, D, d_v, torch.float64))
+        kw = dict(update_rule="fwm", beta=beta)
+        y = read(phi_k * 8, v, phi_q, chunk_size=8, **kw)
+        torch.testing.assert_close(y, read_reference(phi_k * 8, v, phi_q, **kw))
+    assert B * D * d_v == memory.FWM_CHUNKED_FROM and len(calls) == 1
 
 
 # --- delta-rule properties -----------------------------------------------------------------
