@@ -10,7 +10,7 @@ from conftest import train
 
 from kernelzoo import store
 from kernelzoo.diagnostics import (SPREAD_MIN, VANISH_RATIO, dead_keys, divergence,
-                                   feature_ranks, measure, read_margins)
+                                   feature_ranks, measure, read_margins, written_features)
 from kernelzoo.feature_maps import build_feature_map
 from kernelzoo.model import RetrievalModel
 from kernelzoo.task import RetrievalTask
@@ -202,6 +202,16 @@ def test_divergence_names_non_finite_parameters_and_says_when_nothing_is_found()
         model.W_q.weight[0, 0] = math.inf
     assert divergence(model, batch, 500) == \
         "at step 500 parameters were already non-finite: W_q.weight"
+
+
+def test_divergence_gives_the_smallest_feature_sum_the_sum_normalisation_divides_by():
+    batch = eval_batch()
+    model = RetrievalModel(S, build_feature_map("elu", d_key=S), "delta", "sum").double()
+    smallest = written_features(model, batch).sum(-1).min().item()
+    assert divergence(model, batch, 200) == (
+        "at step 200 parameters and written keys' features were finite and nonzero (the "
+        "smallest sum of a written key's features, which the sum normalisation divides by, was "
+        f"{smallest:.1e}): the loss went non-finite during the steps after it")
 
 
 def test_a_diverged_run_says_why_in_its_reason(tmp_path, cli_env):

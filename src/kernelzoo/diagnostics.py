@@ -24,7 +24,8 @@
   stood at its last evaluation before the non-finite loss (at initialisation when there was
   none): non-finite parameters, written keys whose features are all 0 (with the sum
   normalisation and key_eps = 0, the authors' delta rule, such a key is 0/0), non-finite
-  features (an overflowing exp).
+  features (an overflowing exp); when none of these, and the update rule divides by the feature
+  sum, the smallest such sum (how near a key was to underflowing to 0).
 """
 
 from __future__ import annotations
@@ -151,16 +152,25 @@ def divergence(model, batch, step: int) -> str:
     overflow = float((~torch.isfinite(flat)).any(-1).double().mean())
     found = []
     if zero:
-        divides = model.normalisation == "sum" and model.update_rule != "fwm" \
-            and model.key_eps == 0
+        divides = divides_by_sum(model) and model.key_eps == 0
         found.append(f"{zero:.1%} of written keys had all-zero features"
                      + (" (the sum normalisation with key_eps = 0 makes each 0/0)"
                         if divides else ""))
     if overflow:
         found.append(f"{overflow:.1%} of written keys had non-finite features")
-    return f"{when} " + ("; ".join(found) if found else
-                         "parameters and written keys' features were finite and nonzero: the "
-                         "loss went non-finite during the steps after it")
+    if found:
+        return f"{when} " + "; ".join(found)
+    smallest = ""
+    if divides_by_sum(model):
+        smallest = (f" (the smallest sum of a written key's features, which the sum "
+                    f"normalisation divides by, was {float(flat.sum(-1).min()):.1e})")
+    return (f"{when} parameters and written keys' features were finite and nonzero{smallest}: "
+            "the loss went non-finite during the steps after it")
+
+
+def divides_by_sum(model) -> bool:
+    """Whether the model's update rule divides each written key's features by their sum."""
+    return model.normalisation == "sum" and model.update_rule != "fwm"
 
 
 @torch.no_grad()
