@@ -60,13 +60,26 @@ def test_the_section_states_ranking_sum_rule_and_divergence(tmp_path):
     capacity, runs = tables(tmp_path / "f3")
     text = "\n".join(update_rules.section(capacity, runs))
     assert "Ranking (most keys first): DPFP-1: delta 101 > fwm 82 > sum <= 20." in text
-    assert "| DPFP-1 | 2 | fwm | 128 | 82 | fails_at | 0.64 | – (LayerNorm output) |" in text
+    distinct = 82 * (1 - (1 - 1 / 82) ** 82)  # evaluation sequences of n_keys writes
+    assert f"{distinct:.3g}" == "52"
+    assert ("| DPFP-1 | 2 | fwm | 128 | 82 | fails_at | 0.64 | 52 (0.41) | – (LayerNorm output) |"
+            in text)
+    assert "| DPFP-1 | 3 | sum | 128 | <= 20 | fails_everywhere | 0.16 | <= 12.8 (0.10) |" in text
     assert ("- DPFP-1 sum: fails at every n_keys tried (<= 20): with replacement it cannot "
             "retrieve") in text
     assert "ELU+1 sum" not in text
     assert ("- ELU+1 delta: 2 of 4 runs, at n_keys 60, 80. First reason: non-finite train loss "
             "at step 600 (1 more)") in text
     assert "Runs that diverged: 2 (" in text
+
+
+@pytest.mark.parametrize("length", [30, 60])
+def test_distinct_keys_as_drawn(length):
+    """S (1 - (1 - 1/S)^L) against 20000 simulated sequences of L draws over S = 30 keys."""
+    draws = torch.randint(30, (20000, length), generator=torch.Generator().manual_seed(0))
+    seen = torch.zeros(20000, 30).scatter_(1, draws, 1.0).sum(1).mean().item()
+    assert update_rules.distinct_keys(30, length, replacement=True) == pytest.approx(seen, rel=2e-3)
+    assert update_rules.distinct_keys(30, length, replacement=False) == min(30, length)
 
 
 def test_the_section_is_left_out_with_one_rule(tmp_path):

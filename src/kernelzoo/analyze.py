@@ -76,8 +76,11 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
         else:
             try:
                 lr = read_config_value(path, "trainer.lr")  # a configuration's too: lr_robustness
-                rows.append({**_row(read_summary(path), path.name),
-                             "lr": "" if lr is None else format_value(lr)})
+                row = _row(read_summary(path), path.name)
+                # null: n_keys (update_rules counts the distinct keys evaluated)
+                eval_len = read_config_value(path, "task.eval_seq_len") or row["n_keys"]
+                rows.append({**row, "lr": "" if lr is None else format_value(lr),
+                             "eval_seq_len": eval_len})
             except StoreError as err:
                 damaged.append(str(err))
     runs = pd.DataFrame(rows)

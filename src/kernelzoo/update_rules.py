@@ -7,6 +7,12 @@ falls below 0.5 (1 + (sqrt(S - 1) - 1)^2), 6.1 at 20 keys, and the loss criterio
 every fwm run a failure. On one grid of n_keys a never_fails bound ranks above every failure
 point and a fails_everywhere bound below.
 
+With replacement (Setting 2) only the distinct keys of a sequence occupy the state: L uniform
+draws over S keys hold S (1 - (1 - 1/S)^L) distinct keys on average. Evaluation sequences have
+L = S (the authors' quirk; training ones 2S), about 0.63 S distinct keys, so a state of d_dot is
+expected to hold up to about d_dot / 0.63 = 1.58 d_dot keys. The table gives the distinct keys
+of an evaluation sequence at each failure point against d_dot.
+
 The section also says, per sum-rule configuration, whether the sum rule retrieves at all when
 keys are written again (Setting 2: a key's answer is the LAST value written, and the sum rule
 only adds), and lists the runs that diverged with the reason their summary gives.
@@ -49,6 +55,32 @@ def table(capacity: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
+def distinct_keys(n_keys: float, length: float, replacement: bool) -> float:
+    """Expected distinct keys in a sequence of ``length`` writes over ``n_keys`` key symbols:
+    n (1 - (1 - 1/n)^L) drawn with replacement, else min(n, L)."""
+    if not replacement:
+        return min(n_keys, length)
+    return n_keys * (1 - (1 - 1 / n_keys) ** length) if n_keys >= 1 else n_keys
+
+
+def _distinct_at_failure(r, runs: pd.DataFrame) -> str:
+    """The distinct keys of an evaluation sequence at the failure point (accuracy criterion),
+    and their ratio to d_dot; "–" when the runs' evaluation lengths differ in kind."""
+    mine = runs[runs["label"] == r.label]
+    n = r.observed_capacity_acc
+    if mine.empty or pd.isna(n):
+        return "–"
+    if (mine["eval_seq_len"] == mine["n_keys"]).all():
+        length = n  # the default: evaluation sequences of n_keys writes
+    elif mine["eval_seq_len"].nunique() == 1:
+        length = float(mine["eval_seq_len"].iloc[0])
+    else:
+        return "–"
+    distinct = distinct_keys(n, length, bool((mine["task"] == "update").all()))
+    text = bound(distinct, r.outcome_acc)
+    return text + (f" ({distinct / r.d_dot:.2f})" if pd.notna(r.d_dot) else "")
+
+
 def sum_rule_lines(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """Per sum-rule configuration trained with replacement: does it retrieve at all?"""
     replaced = runs[runs["task"] == "update"]
@@ -89,13 +121,15 @@ def section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         return []
     lines = ["## Update rules", "", __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(), "",
              "| map | rank | update rule | d_dot | failure point (accuracy) | outcome | "
-             "ratio to d_dot | failure point (loss) |", "|---|---|---|---|---|---|---|---|"]
+             "ratio to d_dot | distinct keys there (/ d_dot) | failure point (loss) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in found.itertuples():
         loss = ("– (LayerNorm output)" if r.update_rule == "fwm"
                 else f"{cell(r.observed_capacity)} ({r.outcome})")
         ratio = r.observed_capacity_acc / r.d_dot if pd.notna(r.d_dot) else math.nan
         lines.append(f"| {r.map} | {r.rank} | {r.update_rule} | {cell(r.d_dot)} | {_value(r)} "
-                     f"| {r.outcome_acc} | {cell(ratio, 2)} | {loss} |")
+                     f"| {r.outcome_acc} | {cell(ratio, 2)} | {_distinct_at_failure(r, runs)} "
+                     f"| {loss} |")
     ranked = [f"{name}: " + " > ".join(f"{r.update_rule} {_value(r)}" for r in g.itertuples())
               for name, g in found.groupby("map", sort=False) if len(g) > 1]
     if ranked:
