@@ -445,3 +445,15 @@ def test_a_configuration_that_is_only_infeasible_keeps_a_plain_label(tmp_path):
     capacity = capacity_table(runs, seed_table(runs, TAU, 0.99))
     assert capacity["label"].tolist() == ["DPFP", "DPFP-1"]
     assert capacity["outcome"].tolist() == ["no_data", "fails_at"]
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_labels_sort_by_their_numbers_whatever_order_they_come_in(order):
+    """Numbers compare as numbers, decimals included, and equal numbers by their text: the
+    report's tables and colours must not depend on the (hash-seeded) order of a set."""
+    from kernelzoo.style import natural
+
+    labels = ["lr=0.003", "lr=0.10", "FAVOR+ m=128", "lr=0.0003", "lr=0.1", "FAVOR+ m=64",
+              "lr=0.001"]
+    assert natural(labels[::order]) == ["FAVOR+ m=64", "FAVOR+ m=128", "lr=0.0003", "lr=0.001",
+                                        "lr=0.003", "lr=0.1", "lr=0.10"]

@@ -66,9 +66,12 @@ def canonical_params(params: dict) -> str:
     return ",".join(f"{k}={format_value(v)}" for k, v in sorted(params.items()))
 
 
-def natural_key(label: str) -> list:
-    """Sort key that orders "FAVOR+ m=64" before "FAVOR+ m=128"."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label)]
+def natural_key(label: str) -> tuple:
+    """Sort key that orders "FAVOR+ m=64" before "FAVOR+ m=128" and "lr=0.0003" before
+    "lr=0.001"; labels whose numbers are equal ("lr=0.10", "lr=0.1") fall back to the text,
+    so the order never depends on the order the labels came in."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", label)
+    return [float(p) if i % 2 else p for i, p in enumerate(parts)], label
 
 
 def natural(labels) -> list[str]:
