@@ -107,3 +107,13 @@ def test_fwm_loss_floor_as_the_docstring_states(n_keys):
     assert 0.5 * ((target - other) ** 2).sum().item() >= loss
     if n_keys == 20:
         assert f"{loss:.2g}" == "6.1" and "6.1 at 20 keys" in update_rules.__doc__
+
+
+def test_a_read_out_with_variance_below_the_layer_norm_eps_shrinks_toward_zero():
+    """The floor holds while the read-out's variance is well above eps: at 100 keys a read-out
+    of variance 1e-10 leaves LayerNorm(y) near 0 and the loss near 0.5, not above 40.5."""
+    target = F.one_hot(torch.tensor(3), 100).double()
+    y = F.layer_norm(1e-4 * target, (100,), eps=1e-5)
+    loss = 0.5 * ((target - y) ** 2).sum().item()
+    assert loss == pytest.approx(0.5, abs=0.05)
+    assert 0.5 * (1 + (math.sqrt(99) - 1) ** 2) == pytest.approx(40.55, abs=0.01)
