@@ -42,7 +42,7 @@ plots: install  ## regenerate tables, figures and report of an experiment from t
 	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) $(OVERRIDES)
 
 test: install  ## the default test suite, one pytest worker per core (a few minutes on 2 cores)
-	$(PY) -m pytest -n $(TEST_WORKERS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 test-slow: install  ## the slower tests kept out of `make test`
 	$(PY) -m pytest -m slow
