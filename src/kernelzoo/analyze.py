@@ -42,8 +42,8 @@ from kernelzoo import config, plots, prediction, published, scaling, stalls, tra
 from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
-from kernelzoo.store import (CURVE_COLUMNS, experiment_dir, read_config_value, read_search,
-                             read_summary)
+from kernelzoo.store import (CURVE_COLUMNS, config_value, experiment_dir, read_config,
+                             read_config_value, read_search, read_summary)
 from kernelzoo.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, format_value,
                              is_search, natural_key)
 
@@ -75,10 +75,12 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
             missing.append(path.name)
         else:
             try:
-                lr = read_config_value(path, "trainer.lr")  # a configuration's too: lr_robustness
                 row = _row(read_summary(path), path.name)
-                # null: n_keys (update_rules counts the distinct keys evaluated)
-                eval_len = read_config_value(path, "task.eval_seq_len") or row["n_keys"]
+                cfg = read_config(path)
+                lr = config_value(cfg, "trainer.lr")  # a configuration's too: lr_robustness
+                task = cfg.get("task") or {}  # update_rules counts the distinct keys evaluated
+                _, eval_len = config.sequence_lengths(row["n_keys"], bool(task.get("replacement")),
+                                                      task.get("seq_len"), task.get("eval_seq_len"))
                 rows.append({**row, "lr": "" if lr is None else format_value(lr),
                              "eval_seq_len": eval_len})
             except StoreError as err:

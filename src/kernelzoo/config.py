@@ -89,6 +89,13 @@ class TaskConf:
     eval_seq_len: int | None = count(None)
 
 
+def sequence_lengths(n_keys: int, replacement: bool, seq_len: int | None = None,
+                     eval_seq_len: int | None = None) -> tuple[int, int]:
+    """(training, evaluation) sequence lengths of a task; null takes the task spec's: S keys in
+    Setting 1, 2S in Setting 2 for training, and S for evaluation (the authors' quirk)."""
+    return seq_len or (2 * n_keys if replacement else n_keys), eval_seq_len or n_keys
+
+
 @dataclass
 class MemoryConf:
     update_rule: str = one_of("sum", *UPDATE_RULES)

@@ -38,9 +38,9 @@ import torch.nn.functional as F
 from .config import NORMALISATIONS, UPDATE_RULES
 from .feature_maps import sum_normalise
 FWM_LAYER_NORM_EPS = 1e-5  # task spec: LayerNorm of the fwm output, no affine parameters
-# fwm: the chunked form pays from about this many state entries B * d_v * D (a training step,
-# forward and backward, on the 2-core CPU: 1.3-3x faster at 4e4-2e5, 30x at 8e5 (DPFP-1 at 200
-# keys); the plain loop is faster below 2e4, where both are per-operation overhead)
+# fwm: the chunked form pays from about this many state entries B * d_v * D. The state's forward
+# and backward on the 2-core CPU, beside a running sweep: 0.9-3x faster at 4e4-2e5 entries, 34x
+# at 8e5 (DPFP-1 at 200 keys); below 2e4 the plain loop is faster (per-operation overhead).
 FWM_CHUNKED_FROM = 32768
 
 
@@ -53,9 +53,15 @@ def _validate(update_rule, normalisation, beta):
         raise ValueError(f"update_rule {update_rule!r} needs beta of shape (B, L)")
 
 
+def divides_by_feature_sum(update_rule: str, normalisation: str) -> bool:
+    """Whether keys and queries are divided by the sum of their features (§7.2): the sum
+    normalisation, which fwm ignores."""
+    return normalisation == "sum" and update_rule != "fwm"
+
+
 def _normalise(phi_k, phi_q, update_rule, normalisation, eps, key_eps):
     """Keys and queries as the update rule and the read see them (sum normalisation, §7.2)."""
-    if update_rule != "fwm" and normalisation == "sum":
+    if divides_by_feature_sum(update_rule, normalisation):
         phi_k, phi_q = sum_normalise(phi_k, key_eps), sum_normalise(phi_q, eps)
     return phi_k, phi_q
 

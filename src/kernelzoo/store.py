@@ -248,16 +248,27 @@ def read_summary(path: Path) -> dict:
     return summary
 
 
-def read_config_value(path: Path, key: str):
-    """A dotted ``key`` (``"trainer.stop_loss"``) of the run's ``config.yaml``; None when the
-    file or the key is missing or unreadable."""
+def read_config(path: Path) -> dict:
+    """The run's ``config.yaml``; {} when it is missing or unreadable."""
     try:
         value = yaml.safe_load((path / "config.yaml").read_text())
     except (OSError, yaml.YAMLError):
-        return None
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def config_value(cfg: dict, key: str):
+    """A dotted ``key`` (``"trainer.stop_loss"``) of a config read by ``read_config``; None when
+    it is missing."""
     for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+        cfg = cfg.get(part) if isinstance(cfg, dict) else None
+    return cfg
+
+
+def read_config_value(path: Path, key: str):
+    """A dotted ``key`` of the run's ``config.yaml``; None when the file or the key is missing
+    or unreadable."""
+    return config_value(read_config(path), key)
 
 
 def is_done(path: Path) -> bool:

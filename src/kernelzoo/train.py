@@ -49,8 +49,8 @@ def plan(cfg: DictConfig) -> dict:
     c = config.check(cfg)
     task, mem, tr = c.task, c.memory, c.trainer
     S, d_key = c.n_keys, c.d_key
-    seq_len = task.seq_len or (2 * S if task.replacement else S)
-    eval_seq_len = task.eval_seq_len or S
+    seq_len, eval_seq_len = config.sequence_lengths(S, task.replacement, task.seq_len,
+                                                    task.eval_seq_len)
     tr.progress = tr.progress.lower()
     device = resolve_device(tr.device)
     fm = dict(c.feature_map)

@@ -62,7 +62,7 @@ def distinct_keys(n_keys: float, length: float, replacement: bool) -> float:
     n (1 - (1 - 1/n)^L) drawn with replacement, else min(n, L)."""
     if not replacement:
         return min(n_keys, length)
-    return n_keys * (1 - (1 - 1 / n_keys) ** length) if n_keys >= 1 else n_keys
+    return n_keys * (1 - (1 - 1 / n_keys) ** length)
 
 
 def _distinct_at_failure(r, runs: pd.DataFrame) -> str:
