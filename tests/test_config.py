@@ -223,6 +223,21 @@ def test_launcher_settings_that_would_fail_at_launch_fail_first(tmp_path, cli_en
     assert not results.exists()
 
 
+@pytest.mark.parametrize("grids, needle", [
+    ("grids=[3]", "grids=[3]: smoke has no grid 3; valid: indices from 0 to 2"),
+    ("grids=[]", "grids=[] selects no grid; valid: indices from 0 to 2"),
+    ("grids=0,2", "grids=0,2 is a sweep, not a selection; valid: a list, e.g. grids=[0,2]"),
+    ("grids=1", "grids=1 is invalid"),
+])
+def test_a_bad_grid_selection_fails_the_sweep_up_front(tmp_path, cli_env, grids, needle):
+    results = tmp_path / "results"
+    res = sweep("smoke", [f"results_dir={results}", grids], cli_env)
+    assert res.returncode == 2, res.explain()
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in res.output, res.explain()
+    assert not results.exists()
+
+
 def test_hydra_sweep_syntax_still_works(tmp_path, cli_env):
     """glob(...), choice(...), range(...) and a,b sweeps are composed and checked like any
     point (a dry run: each point is planned, nothing trains)."""

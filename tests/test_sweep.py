@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from conftest import (DONE, INFEASIBLE, PYTHON, REPO, SKIP, SMOKE_INFEASIBLE, SMOKE_POINTS,
-                      copy_results, done_counts, json_file, leftover_temp_files, read_all,
-                      run_cmd, run_ids, runs_dir, smoke_args, snapshot, sweep, train)
+                      analyze, copy_results, done_counts, json_file, leftover_temp_files,
+                      read_all, run_cmd, run_ids, runs_dir, smoke_args, snapshot, sweep, train)
 
 from kernelzoo import store
 
@@ -215,6 +215,32 @@ def test_make_sweep_smoke(smoke_results, tmp_path):
         rows = list(csv.DictReader(f))
     assert rows and {"feature_map", "observed_capacity", "outcome"} <= set(rows[0])
     assert {r["feature_map"] for r in rows} == {"elu", "dpfp"}
+
+
+def test_grids_runs_some_grids_as_a_sweep_of_every_grid_would(smoke_results, tmp_path):
+    """``grids=[2]`` trains only the third grid's point, under the run id the full sweep gave
+    it; sweep.json records the selection and the experiment's size, so the report says the
+    store is partial. On the finished store the same selection trains nothing."""
+    results = tmp_path / "results"
+    res = sweep("smoke", smoke_args(results, "grids=[2]"), smoke_results.env)
+    assert res.returncode == 0, res.explain()
+    assert f"sweep smoke, grids [2]: 1 of its {SMOKE_POINTS} points, 0 already done" in res.stdout
+    [rid] = run_ids(results, "smoke")
+    assert rid in run_ids(smoke_results.results, "smoke") and "-delta-" in rid
+    [inv] = json_file(results / "smoke" / "sweep.json")["invocations"]
+    assert (inv["points"], inv["experiment_points"], inv["grids"]) == (1, SMOKE_POINTS, [2])
+    res = analyze([f"results_dir={results}", "experiment=smoke", "logger=none"],
+                  smoke_results.env)
+    assert res.returncode == 0, res.explain()
+    report = (results / "smoke" / "report.md").read_text()
+    assert f"- Points of the experiment: {SMOKE_POINTS}; with a summary: 1 (partial sweep)." \
+        in report
+    assert "1 points of grids [2] (1 trained)" in report
+
+    full = copy_results(smoke_results.results, tmp_path / "full")
+    res = sweep("smoke", smoke_args(full, "grids=[0,2]"), smoke_results.env)
+    assert res.returncode == 0, res.explain()
+    assert nonzero(outcomes(res.stdout)) == {"skipped": 5}, res.stdout
 
 
 # ----------------------------------------------------------------- SIGKILL and resume

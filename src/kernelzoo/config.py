@@ -168,6 +168,8 @@ class Config:
     experiment: str = name("adhoc")
     force: bool = False
     dry_run: bool = False
+    grids: list[int] | None = rule(None, "a list of the experiment's grid indices from 0, e.g. "
+                                   "grids=[0,2]", lambda v: all(i >= 0 for i in v))
     pack_members: list[list[int]] = field(default_factory=list)  # set by the sweeper: the
     # [n_keys, seed] of the runs trained in this job beside this point (pack.py)
 

@@ -266,6 +266,7 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, counted: pd.DataFr
 def sweep_lines(history: dict, n_runs: int) -> list[str]:
     """The sweep record's lines of "What was run": wall clock per invocation, planned points."""
     parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
+             + (f" of grids {i['grids']}" if "grids" in i else "")
              + (f" ({trained_points(i)} trained)" if "outcomes" in i else "")
              + (f" in {i['search']['rounds']} search rounds" if "search" in i else "")
              + (f", interrupted by {i['interrupted']}" if i.get("interrupted") else "")
@@ -273,9 +274,12 @@ def sweep_lines(history: dict, n_runs: int) -> list[str]:
     lines = [f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s "
              f"({float(history['wall_seconds']) / 60:.1f} min) over {len(parts)} "
              f"invocation(s): {'; '.join(parts)}."]
-    planned = max(i["points"] for i in history["invocations"])
-    lines.append(f"- Points planned by the largest invocation: {planned}; with a summary: "
-                 f"{n_runs}" + ("" if n_runs >= planned else " (partial sweep)") + ".")
+    grid = [i["experiment_points"] for i in history["invocations"] if "experiment_points" in i]
+    planned, what = (max(grid), "Points of the experiment") if grid else \
+        (max(i["points"] for i in history["invocations"]), "Points planned by the largest "
+         "invocation")  # a search's probes, or a record older than experiment_points
+    lines.append(f"- {what}: {planned}; with a summary: {n_runs}"
+                 + ("" if n_runs >= planned else " (partial sweep)") + ".")
     last = history["invocations"][-1]
     if "machine" in last:
         lines.append(f"- Sweep machine: {last['machine']}; launcher {last['launcher']}.")

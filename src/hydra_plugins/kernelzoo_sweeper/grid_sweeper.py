@@ -4,7 +4,8 @@ Hydra's basic sweeper runs one Cartesian product. A capacity study needs several
 span DPFP-3's capacity are not ELU's), so ``hydra.sweeper.grids`` is a list of products in the
 basic sweeper's syntax; the union of their points (duplicates dropped) goes to whichever launcher
 is configured (basic, joblib for local workers, submitit for SLURM). Command-line sweeps and
-overrides apply to every grid and win over it, e.g. ``seed=1,2,3`` or ``trainer=smoke``.
+overrides apply to every grid and win over it, e.g. ``seed=1,2,3`` or ``trainer=smoke``;
+``grids=[1]`` runs only the second grid, and its points are those of a sweep of every grid.
 
 With ``search=bisect`` the same grids define configurations and their n_keys ranges, and the
 points are chosen round by round by the failure-point search (``search_rounds.py``) instead.
@@ -52,17 +53,40 @@ class GridSweeper(BasicSweeper):
         self.grids = list(grids or [{}])
         self.warned: set[str] = set()
 
-    def _points(self, arguments: list[str]) -> list[list[str]]:
-        """All points of the union of grids, in order, each once."""
+    def _points(self, arguments: list[str]) -> tuple[list[list[str]], int]:
+        """The points of the union of the selected grids (``grids``; null: all), in order, each
+        once, and how many points all grids hold. The ``grids=`` override itself is no part of
+        a point, so a point runs and is indexed as in a sweep of every grid."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        points, seen = [], set()
-        for grid in self.grids:
+        for override in parser.parse_overrides(arguments):
+            if override.key_or_group == "grids" and override.is_sweep_override():
+                fail(f"{override.input_line} is a sweep, not a selection; valid: a list, "
+                     "e.g. grids=[0,2]")
+        arguments = [a for a in arguments if override_key(a) != "grids"]
+        selected = self._selected()
+        points, seen, total = [], set(), set()
+        for index, grid in enumerate(self.grids):
             params = [f"{k}={v}" for k, v in {**self.params, **grid}.items()] + list(arguments)
             for point in self.split_arguments(parser.parse_overrides(params), None)[0]:
-                if tuple(point) not in seen:
+                total.add(tuple(point))
+                if index in selected and tuple(point) not in seen:
                     seen.add(tuple(point))
                     points.append(point)
-        return points
+        return points, len(total)
+
+    def _selected(self) -> list[int]:
+        """The indices ``grids`` selects, checked against the experiment's grids."""
+        chosen = self.config.grids
+        if chosen is None:
+            return list(range(len(self.grids)))
+        listing = "; ".join(f"{i}: " + " ".join(f"{k}={v}" for k, v in g.items())
+                            for i, g in enumerate(self.grids))
+        bad = [i for i in chosen if not 0 <= i < len(self.grids)]
+        if bad or not chosen:
+            what = f": {self.config.experiment} has no grid {bad[0]}" if bad else " selects no grid"
+            fail(f"grids={list(chosen)}{what}; valid: indices from 0 to {len(self.grids) - 1}"
+                 f", e.g. grids=[0] ({listing})")
+        return list(chosen)
 
     def indexed(self, point: list[str]) -> dict | None:
         """The summary of the finished run the store's index names for ``point``, or None; a
@@ -78,10 +102,12 @@ class GridSweeper(BasicSweeper):
     def sweep(self, arguments: list[str]):
         start = time.time()
         try:
-            points = self._points(arguments)
+            points, grid_points = self._points(arguments)
         except HydraException as err:
             fail(config.describe(err, arguments))
         search = self.config.search.name == "bisect"
+        planned = {"points": len(points), "experiment_points": grid_points,
+                   **({"grids": list(self.config.grids)} if self.config.grids is not None else {})}
         known = not (search or self.config.force or self.config.dry_run)  # finished: skipped
         todo = [p for p in points if not known or self.indexed(p) is None]
         self.plans = check_points(self, todo)
@@ -105,12 +131,14 @@ class GridSweeper(BasicSweeper):
                 rounds = SearchRounds(self)
                 returns = rounds.run(points)
             else:
-                print(f"sweep {self.config.experiment}: {len(points)} points, "
+                part = (f", grids {list(self.config.grids)}: {len(points)} of its {grid_points}"
+                        if self.config.grids is not None else f": {len(points)}")
+                print(f"sweep {self.config.experiment}{part} points, "
                       f"{len(points) - len(todo)} already done")
                 returns = self.launch(todo)
         except interrupt.Interrupted as stop:
             interrupt.stop_workers()
-            record = rounds.record() if rounds else {"points": len(points)}
+            record = rounds.record() if rounds else planned
             wall = time.time() - start
             self._record({**record, "interrupted": stop.name}, start, wall)
             raise interrupt.Interrupted(stop.signum, (
@@ -120,7 +148,7 @@ class GridSweeper(BasicSweeper):
         wall = time.time() - start
         print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "
               f"{self._totals() or 'nothing'}")
-        self._record(rounds.record() if rounds else {"points": len(points)}, start, wall)
+        self._record(rounds.record() if rounds else planned, start, wall)
         return returns
 
     def _totals(self) -> str:
