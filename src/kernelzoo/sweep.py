@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     usage = (f"usage: kernelzoo-sweep <experiment> [overrides]  (python -m kernelzoo.sweep)\n"
              f"experiments: {', '.join(available())}\n"
              "overrides: Hydra syntax, e.g. seed=1,2,3 launcher=local search=bisect "
-             "dry_run=true; --cfg job shows a point's config; `python -m kernelzoo.train "
+             "grids=[0] dry_run=true; --cfg job shows a point's config; `python -m kernelzoo.train "
              "--help` lists every config group")
     if argv[:1] in (["-h"], ["--help"]):
         print(usage)

@@ -106,8 +106,8 @@ class GridSweeper(BasicSweeper):
         except HydraException as err:
             fail(config.describe(err, arguments))
         search = self.config.search.name == "bisect"
-        planned = {"points": len(points), "experiment_points": grid_points,
-                   **({"grids": list(self.config.grids)} if self.config.grids is not None else {})}
+        chosen = {"grids": list(self.config.grids)} if self.config.grids is not None else {}
+        planned = {"points": len(points), "experiment_points": grid_points, **chosen}
         known = not (search or self.config.force or self.config.dry_run)  # finished: skipped
         todo = [p for p in points if not known or self.indexed(p) is None]
         self.plans = check_points(self, todo)
@@ -138,7 +138,7 @@ class GridSweeper(BasicSweeper):
                 returns = self.launch(todo)
         except interrupt.Interrupted as stop:
             interrupt.stop_workers()
-            record = rounds.record() if rounds else planned
+            record = {**rounds.record(), **chosen} if rounds else planned
             wall = time.time() - start
             self._record({**record, "interrupted": stop.name}, start, wall)
             raise interrupt.Interrupted(stop.signum, (
@@ -148,7 +148,7 @@ class GridSweeper(BasicSweeper):
         wall = time.time() - start
         print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "
               f"{self._totals() or 'nothing'}")
-        self._record(rounds.record() if rounds else planned, start, wall)
+        self._record({**rounds.record(), **chosen} if rounds else planned, start, wall)
         return returns
 
     def _totals(self) -> str:
