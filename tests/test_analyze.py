@@ -19,6 +19,7 @@ from synthetic import write_run, write_series
 from kernelzoo import analyze, stalls, tracking
 from kernelzoo.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
                                 loss_failure, seed_table)
+from kernelzoo.report import sweep_lines
 
 SRC = Path(analyze.__file__).resolve().parents[1]
 GRID = [20, 40, 60, 80, 100, 120]
@@ -457,3 +458,22 @@ def test_labels_sort_by_their_numbers_whatever_order_they_come_in(order):
               "lr=0.001"]
     assert natural(labels[::order]) == ["FAVOR+ m=64", "FAVOR+ m=128", "lr=0.0003", "lr=0.001",
                                         "lr=0.003", "lr=0.1", "lr=0.10"]
+
+
+def test_sweep_lines_count_the_experiments_points_and_what_an_interruption_left_open():
+    """An interrupted record says how many points it set out to train (which finished is in the
+    summaries, not the record); a record's experiment_points is the sweep's size."""
+    history = {"wall_seconds": 700.0, "invocations": [
+        {"points": 6, "outcomes": {"skipped": 1}, "wall_seconds": 600.0,
+         "interrupted": "SIGTERM"},
+        {"points": 4, "experiment_points": 80, "grids": [0], "wall_seconds": 100.0,
+         "outcomes": {"skipped": 1, "plateau": 3}, "launcher": "BasicLauncher",
+         "machine": "a CPU"}]}
+    lines = sweep_lines(history, 69)
+    assert lines[0] == ("- Sweep wall clock: 700 s (11.7 min) over 2 invocation(s): 600 s for 6 "
+                        "points (5 to train), interrupted by SIGTERM; 100 s for 4 points of "
+                        "grids [0] (3 trained).")
+    assert lines[1] == "- Points of the experiment: 80; with a summary: 69 (partial sweep)."
+    old = {**history, "invocations": history["invocations"][:1]}
+    assert sweep_lines(old, 6)[1] == "- Points planned by the largest invocation: 6; with a " \
+                                     "summary: 6."

@@ -267,7 +267,8 @@ def sweep_lines(history: dict, n_runs: int) -> list[str]:
     """The sweep record's lines of "What was run": wall clock per invocation, planned points."""
     parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
              + (f" of grids {i['grids']}" if "grids" in i else "")
-             + (f" ({trained_points(i)} trained)" if "outcomes" in i else "")
+             + (f" ({trained_points(i)} {'to train' if i.get('interrupted') else 'trained'})"
+                if "outcomes" in i else "")  # an interrupted record cannot tell which finished
              + (f" in {i['search']['rounds']} search rounds" if "search" in i else "")
              + (f", interrupted by {i['interrupted']}" if i.get("interrupted") else "")
              for i in history["invocations"]]
