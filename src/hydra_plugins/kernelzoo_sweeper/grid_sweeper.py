@@ -79,11 +79,11 @@ class GridSweeper(BasicSweeper):
         chosen = self.config.grids
         if chosen is None:
             return list(range(len(self.grids)))
-        listing = "; ".join(f"{i}: " + " ".join(f"{k}={v}" for k, v in g.items())
-                            for i, g in enumerate(self.grids))
         bad = [i for i in chosen if not 0 <= i < len(self.grids)]
         if bad or not chosen:
             what = f": {self.config.experiment} has no grid {bad[0]}" if bad else " selects no grid"
+            listing = "; ".join(f"{i}: " + " ".join(f"{k}={v}" for k, v in g.items())
+                                for i, g in enumerate(self.grids))
             fail(f"grids={list(chosen)}{what}; valid: indices from 0 to {len(self.grids) - 1}"
                  f", e.g. grids=[0] ({listing})")
         return list(chosen)
