@@ -474,6 +474,12 @@ def test_sweep_lines_count_the_experiments_points_and_what_an_interruption_left_
                         "points (5 to train), interrupted by SIGTERM; 100 s for 4 points of "
                         "grids [0] (3 trained).")
     assert lines[1] == "- Points of the experiment: 80; with a summary: 69 (partial sweep)."
+    assert lines[2:] == ["- Sweep machine: a CPU.", "- Launcher: BasicLauncher."]
+    history["invocations"][0] |= {"launcher": "JoblibLauncher", "machine": "a CPU"}
+    history["invocations"].append({**history["invocations"][0]})
+    assert sweep_lines(history, 69)[2:] == [  # every invocation's, most used first
+        "- Sweep machine: a CPU.", "- Launcher: JoblibLauncher (2 invocations); BasicLauncher "
+                                   "(1 invocation)."]
     old = {**history, "invocations": history["invocations"][:1]}
     assert sweep_lines(old, 6)[1] == "- Points planned by the largest invocation: 6; with a " \
                                      "summary: 6."

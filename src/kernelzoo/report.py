@@ -14,6 +14,7 @@ figures (PNG embedded, SVG linked, one caption each).
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -281,9 +282,12 @@ def sweep_lines(history: dict, n_runs: int) -> list[str]:
          "invocation")  # a search's probes, or a record older than experiment_points
     lines.append(f"- {what}: {planned}; with a summary: {n_runs}"
                  + ("" if n_runs >= planned else " (partial sweep)") + ".")
-    last = history["invocations"][-1]
-    if "machine" in last:
-        lines.append(f"- Sweep machine: {last['machine']}; launcher {last['launcher']}.")
+    for key, word in (("machine", "Sweep machine"), ("launcher", "Launcher")):
+        used = Counter(i[key] for i in history["invocations"] if key in i)
+        if used:
+            lines.append(f"- {word}: " + "; ".join(
+                name if len(used) == 1 else f"{name} ({n} invocation{'s' * (n > 1)})"
+                for name, n in used.most_common()) + ".")
     return lines
 
 
