@@ -461,17 +461,21 @@ def test_labels_sort_by_their_numbers_whatever_order_they_come_in(order):
 
 
 def test_sweep_lines_count_the_experiments_points_and_what_an_interruption_left_open():
-    """An interrupted record says how many points it set out to train (which finished is in the
-    summaries, not the record); a record's experiment_points is the sweep's size."""
+    """An interrupted record says how many points it set out to train and how many its sweeper
+    counted as finished (jobs that ended before the signal); a record's experiment_points is
+    the sweep's size."""
     history = {"wall_seconds": 700.0, "invocations": [
         {"points": 6, "outcomes": {"skipped": 1}, "wall_seconds": 600.0,
          "interrupted": "SIGTERM"},
+        {"points": 5, "outcomes": {"skipped": 0, "plateau": 2, "failed": 1}, "wall_seconds": 0.0,
+         "interrupted": "SIGINT"},
         {"points": 4, "experiment_points": 80, "grids": [0], "wall_seconds": 100.0,
          "outcomes": {"skipped": 1, "plateau": 3}, "launcher": "BasicLauncher",
          "machine": "a CPU"}]}
     lines = sweep_lines(history, 69)
-    assert lines[0] == ("- Sweep wall clock: 700 s (11.7 min) over 2 invocation(s): 600 s for 6 "
-                        "points (5 to train), interrupted by SIGTERM; 100 s for 4 points of "
+    assert lines[0] == ("- Sweep wall clock: 700 s (11.7 min) over 3 invocation(s): 600 s for 6 "
+                        "points (5 to train), interrupted by SIGTERM; 0 s for 5 points (5 to "
+                        "train, 2 finished), interrupted by SIGINT; 100 s for 4 points of "
                         "grids [0] (3 trained).")
     assert lines[1] == "- Points of the experiment: 80; with a summary: 69 (partial sweep)."
     assert lines[2:] == ["- Sweep machine: a CPU.", "- Launcher: BasicLauncher."]

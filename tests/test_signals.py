@@ -77,6 +77,25 @@ def test_sigterm_stops_a_basic_sweep(tmp_path, cli_env, background):
                          max_steps=4000)
 
 
+def test_an_interrupted_sweep_counts_the_runs_that_ended_before_the_signal(tmp_path, cli_env,
+                                                                           background):
+    """The exit line and sweep.json count the job that ended before SIGTERM (the basic launcher
+    runs the 10-step point first, then the long one, which the signal stops)."""
+    results = tmp_path / "results"
+    args = [*(a for a in SWEEP if not a.startswith("n_keys=")), "n_keys=3",
+            "trainer.max_steps=10,20000", f"results_dir={results}"]
+    sweep = background([PYTHON, "-m", "kernelzoo.train", *args], cli_env, "sweep")
+    assert sweep.wait_for(lambda b: len(in_flight(results)) == 1 and any(
+        (results / "sig" / "runs").glob("*/summary.json")), timeout=300, poll=0.05), \
+        sweep.stdout + sweep.stderr
+    os.kill(sweep.proc.pid, signal.SIGTERM)
+    assert sweep.wait(timeout=60) == 128 + signal.SIGTERM, sweep.stderr
+    assert "stopped by SIGTERM after" in sweep.stderr and "min (max_steps 1); its workers" \
+        in sweep.stderr, sweep.stderr
+    last = json_file(results / "sig" / "sweep.json")["invocations"][-1]
+    assert last["outcomes"] == {"skipped": 0, "max_steps": 1} and last["points"] == 2
+
+
 @pytest.mark.slow
 def test_sigint_stops_a_joblib_sweep(tmp_path, cli_env, background):
     """launcher=local (joblib, loky processes), Ctrl-C to the whole process group. (Slow: ~25 s.)"""

@@ -264,12 +264,19 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, counted: pd.DataFr
                     + ("; ".join(shifted) if shifted else "none") + ".", ""]
 
 
+def finished(invocation: dict) -> int:
+    """Runs an interrupted invocation counted as ended (its sweeper counts the jobs that ended
+    before the signal; records older than that count only whole batches or search rounds)."""
+    return sum(n for k, n in invocation["outcomes"].items() if k not in ("skipped", "failed"))
+
+
 def sweep_lines(history: dict, n_runs: int) -> list[str]:
     """The sweep record's lines of "What was run": wall clock per invocation, planned points."""
     parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
              + (f" of grids {i['grids']}" if "grids" in i else "")
-             + (f" ({trained_points(i)} {'to train' if i.get('interrupted') else 'trained'})"
-                if "outcomes" in i else "")  # an interrupted record cannot tell which finished
+             + (f" ({trained_points(i)} {'to train' if i.get('interrupted') else 'trained'}"
+                + (f", {finished(i)} finished" if i.get("interrupted") and finished(i) else "")
+                + ")" if "outcomes" in i else "")
              + (f" in {i['search']['rounds']} search rounds" if "search" in i else "")
              + (f", interrupted by {i['interrupted']}" if i.get("interrupted") else "")
              for i in history["invocations"]]

@@ -156,8 +156,10 @@ class GridSweeper(BasicSweeper):
 
     def launch(self, points: list[list[str]], label: str = "") -> list:
         """Run ``points`` through the launcher, packed (``packs``), in batches of
-        max_batch_size jobs; count outcomes. Each run prints a progress line (k/N, elapsed,
-        ETA) when it ends (``progress.py``)."""
+        max_batch_size jobs; count outcomes (in a batch a signal stopped, the jobs that ended
+        before it, as the store's index has them: a pack still in flight counts none of its runs,
+        not even those that had left it). Each run prints a progress line (k/N, elapsed, ETA)
+        when its job ends (``progress.py``)."""
         if points and not self.config.dry_run:
             progress.start(self.config.hydra.sweep.dir, len(points), label)
         returns, self.batch_index = [], 0
@@ -165,7 +167,13 @@ class GridSweeper(BasicSweeper):
         self.overrides = list(self.split_overrides_to_chunks(jobs, self.max_batch_size)) if jobs else []
         while not self.is_done():
             batch = self.get_job_batch()
-            results = self.launcher.launch(batch, initial_job_idx=self.first_job)
+            try:
+                results = self.launcher.launch(batch, initial_job_idx=self.first_job)
+            except interrupt.Interrupted:  # the batch's jobs that ended before it: indexed
+                self.outcomes.update(s["status"] for job in batch
+                                     for point in self.members.get(tuple(job), ())
+                                     if (s := self.indexed(point)) is not None)
+                raise
             for r, job in zip(results, batch):
                 runs = 1 + sum(o.startswith("pack_members=") and o.count("[") - 1 for o in job)
                 if r.status == JobStatus.COMPLETED:
@@ -188,15 +196,16 @@ class GridSweeper(BasicSweeper):
         for point in points:
             rest = tuple(o for o in point if override_key(o) not in ("n_keys", "seed"))
             groups.setdefault(rest, []).append(point)
-        jobs = []
+        jobs, self.members = [], {}
         for rest, group in groups.items():
             n_keys = [int(override_value(p, "n_keys", self.config.n_keys)) for p in group]
             for members in pack.form(n_keys, self._most_runs(list(rest))):
                 leader, others = group[members[0]], [group[i] for i in members[1:]]
                 extra = [f"[{override_value(p, 'n_keys', self.config.n_keys)},"
                          f"{override_value(p, 'seed', self.config.seed)}]" for p in others]
-                jobs.append((n_keys[members[0]],
-                             leader + ([f"pack_members=[{','.join(extra)}]"] if extra else [])))
+                job = leader + ([f"pack_members=[{','.join(extra)}]"] if extra else [])
+                jobs.append((n_keys[members[0]], job))
+                self.members[tuple(job)] = [leader, *others]
         return [job for _, job in sorted(jobs, key=lambda j: -j[0])]
 
     def _most_runs(self, point: list[str]):
