@@ -11,6 +11,8 @@ import pytest
 import yaml
 from conftest import PYTHON, REPO, run_cmd, smoke_args, train
 
+from kernelzoo import progress
+
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 
 
@@ -20,6 +22,20 @@ def test_a_sweep_reports_progress_per_job_without_a_terminal(smoke_results):
     lines = re.findall(r"^progress: (\d+)/(\d+) runs, elapsed [\d.]+ (?:s|min), ETA [\d.]+ "
                        r"(?:s|min)$", smoke_results.result.stdout, re.M)
     assert [int(k) for k, _ in lines] == list(range(1, 7)) and {n for _, n in lines} == {"6"}
+
+
+def test_the_eta_weighs_runs_by_their_work(tmp_path, monkeypatch):
+    """Largest runs first: after a run of work 3 in 60 s, the two of work 1 left take 40 s, not
+    the 120 s a per-run mean gives; without work every run weighs one."""
+    clock = iter([1000.0, 1060.0, 1080.0, 1100.0, 2000.0, 2060.0])
+    monkeypatch.setattr(progress.time, "time", lambda: next(clock))
+    progress.start(tmp_path, 3, work=5.0)
+    assert progress.finished(tmp_path, 3.0) == "progress: 1/3 runs, elapsed 60 s, ETA 40 s"
+    assert progress.finished(tmp_path, 1.0) == "progress: 2/3 runs, elapsed 80 s, ETA 20 s"
+    assert progress.finished(tmp_path, 1.0) == "progress: 3/3 runs, elapsed 1.7 min, ETA 0 s"
+    progress.start(tmp_path, 3, "round 1")
+    assert progress.finished(tmp_path) == "progress: 1/3 runs of round 1, elapsed 60 s, ETA 2.0 min"
+    assert progress.finished(tmp_path / "elsewhere") is None  # no open batch: no line
 
 
 def test_each_run_logs_its_evaluations_to_its_log_file(smoke_results):

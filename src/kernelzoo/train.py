@@ -32,6 +32,7 @@ from . import __version__, config, files, interrupt, progress, store, tracking
 from .config import UsageError
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from .devices import check_memory, require, resolve_device
+from .pack import step_cost
 from .runner import Member, fit
 
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile")}  # how, not what, is computed
@@ -330,7 +331,7 @@ def _app(cfg: DictConfig) -> list[str | None]:
                                       rid)
             except OSError as err:  # only a rerun's shortcut is lost: it composes the point again
                 print(f"warning: {files.one_line(err)}; the point is not indexed", file=sys.stderr)
-            line = progress.finished(HydraConfig.get().sweep.dir)
+            line = progress.finished(HydraConfig.get().sweep.dir, step_cost(c.n_keys))
             if line:
                 print(line)
     return [summary["status"] if summary else None for _, summary in outcomes]

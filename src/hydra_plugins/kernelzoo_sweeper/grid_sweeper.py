@@ -161,7 +161,10 @@ class GridSweeper(BasicSweeper):
         not even those that had left it). Each run prints a progress line (k/N, elapsed, ETA)
         when its job ends (``progress.py``)."""
         if points and not self.config.dry_run:
-            progress.start(self.config.hydra.sweep.dir, len(points), label)
+            from kernelzoo.pack import step_cost
+
+            progress.start(self.config.hydra.sweep.dir, len(points), label, sum(
+                step_cost(int(override_value(p, "n_keys", self.config.n_keys))) for p in points))
         returns, self.batch_index = [], 0
         jobs = self.packs(points)
         self.overrides = list(self.split_overrides_to_chunks(jobs, self.max_batch_size)) if jobs else []
