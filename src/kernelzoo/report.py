@@ -363,6 +363,12 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]
+    known = [i["experiment_points"] for i in history["invocations"] if "experiment_points" in i] \
+        if history else []
+    if known and max(known) > len(runs):  # the grid holes below see only points that have runs
+        lines.append(f"- Points of the experiment without a summary: {max(known) - len(runs)} "
+                     f"(`python -m kernelzoo.sweep {experiment} dry_run=true "
+                     f"results_dir={exp_dir.parent}` names each point, done or to train)")
     infeasible = runs[runs["status"] == "infeasible"]
     stalled, unreadable = stall_lines(runs, exp_dir / "runs")
     damaged = [*damaged, *unreadable]
