@@ -24,7 +24,7 @@ from kernelzoo.files import StoreError, atomic_write_text
 from kernelzoo.plots import efficiency_order
 from kernelzoo.stalls import RULE as STALL_RULE
 from kernelzoo.stalls import has_diagnostics, moved, stall_lines, stall_rates
-from kernelzoo.store import read_sweep, trained_points
+from kernelzoo.store import experiment_points, finished_points, read_sweep, trained_points
 from kernelzoo.style import bound, cell, natural, natural_key
 
 
@@ -264,27 +264,30 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, counted: pd.DataFr
                     + ("; ".join(shifted) if shifted else "none") + ".", ""]
 
 
-def finished(invocation: dict) -> int:
-    """Runs an interrupted invocation counted as ended (its sweeper counts the jobs that ended
-    before the signal; records older than that count only whole batches or search rounds)."""
-    return sum(n for k, n in invocation["outcomes"].items() if k not in ("skipped", "failed"))
+def _counted(invocation: dict) -> str:
+    """The count after an invocation's points: (12 trained), or when it was interrupted
+    (12 to train, 5 finished)."""
+    if "outcomes" not in invocation:
+        return ""
+    if not invocation.get("interrupted"):
+        return f" ({trained_points(invocation)} trained)"
+    done = finished_points(invocation)
+    return f" ({trained_points(invocation)} to train" + (f", {done} finished" if done else "") + ")"
 
 
 def sweep_lines(history: dict, n_runs: int) -> list[str]:
     """The sweep record's lines of "What was run": wall clock per invocation, planned points."""
     parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
              + (f" of grids {i['grids']}" if "grids" in i else "")
-             + (f" ({trained_points(i)} {'to train' if i.get('interrupted') else 'trained'}"
-                + (f", {finished(i)} finished" if i.get("interrupted") and finished(i) else "")
-                + ")" if "outcomes" in i else "")
+             + _counted(i)
              + (f" in {i['search']['rounds']} search rounds" if "search" in i else "")
              + (f", interrupted by {i['interrupted']}" if i.get("interrupted") else "")
              for i in history["invocations"]]
     lines = [f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s "
              f"({float(history['wall_seconds']) / 60:.1f} min) over {len(parts)} "
              f"invocation(s): {'; '.join(parts)}."]
-    grid = [i["experiment_points"] for i in history["invocations"] if "experiment_points" in i]
-    planned, what = (max(grid), "Points of the experiment") if grid else \
+    grid = experiment_points(history)
+    planned, what = (grid, "Points of the experiment") if grid is not None else \
         (max(i["points"] for i in history["invocations"]), "Points planned by the largest "
          "invocation")  # a search's probes, or a record older than experiment_points
     lines.append(f"- {what}: {planned}; with a summary: {n_runs}"
@@ -363,10 +366,9 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]
-    known = [i["experiment_points"] for i in history["invocations"] if "experiment_points" in i] \
-        if history else []
-    if known and max(known) > len(runs):  # the grid holes below see only points that have runs
-        lines.append(f"- Points of the experiment without a summary: {max(known) - len(runs)} "
+    planned = experiment_points(history)
+    if planned is not None and planned > len(runs):  # grid holes (below) see only n_keys with runs
+        lines.append(f"- Points of the experiment without a summary: {planned - len(runs)} "
                      f"(`python -m kernelzoo.sweep {experiment} dry_run=true "
                      f"results_dir={exp_dir.parent}` names each point, done or to train)")
     infeasible = runs[runs["status"] == "infeasible"]

@@ -201,6 +201,22 @@ def trained_points(invocation: dict) -> int:
     return invocation["points"] - invocation.get("outcomes", {}).get("skipped", 0)
 
 
+def finished_points(invocation: dict) -> int:
+    """Runs an invocation's outcomes count as ended, skipped and failed ones aside. For an
+    interrupted one, the jobs that ended before the signal (records older than that count only
+    whole launcher batches or search rounds)."""
+    return sum(n for k, n in invocation.get("outcomes", {}).items()
+               if k not in ("skipped", "failed"))
+
+
+def experiment_points(history: dict | None) -> int | None:
+    """The experiment's size (every grid's points) as its sweep records state it, or None when
+    no record does (a search, or records older than ``experiment_points``)."""
+    known = [i["experiment_points"] for i in (history or {}).get("invocations", [])
+             if "experiment_points" in i]
+    return max(known) if known else None
+
+
 def cpu_model() -> str:
     """The CPU's model name, recorded with sweeps and benchmarks."""
     try:
