@@ -123,6 +123,9 @@ class TrainerConf:
     pack: str = rule("auto", "auto or an integer >= 1 (most runs trained together, pack.py)",
                      lambda v: v == "auto" or (v.isdigit() and int(v) >= 1))
     compile: str = rule("auto", "auto, true, false", lambda v: v.lower() in ("auto", "true", "false"))
+    checkpoint_minutes: float | None = rule(10.0, "a number of minutes >= 0 (0: at every "
+                                            "evaluation), or null (never)",
+                                            lambda v: math.isfinite(v) and v >= 0)
 
 
 @dataclass
@@ -167,6 +170,7 @@ class Config:
     results_dir: str = rule("results/local", "a directory path", bool)
     experiment: str = name("adhoc")
     force: bool = False
+    resume: bool = True
     dry_run: bool = False
     grids: list[int] | None = rule(None, "a list of the experiment's grid indices from 0, e.g. "
                                    "grids=[0,2]", lambda v: all(i >= 0 for i in v))

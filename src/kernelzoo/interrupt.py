@@ -3,7 +3,8 @@
 ``handled()`` turns the first of either signal into ``Interrupted`` (a KeyboardInterrupt) in the
 main thread, wherever it is: in the training loop, or in a launcher waiting for its workers.
 Every layer then unwinds as it does for Ctrl-C: the run in flight writes no summary (a rerun
-redoes it) and releases its claim. The sweeper stops its workers with ``stop_workers`` (every
+continues it from its last checkpoint, ``checkpoint.py``, or starts it over) and releases its
+claim. The sweeper stops its workers with ``stop_workers`` (every
 descendant process: the launcher's workers, their helpers), records the interruption in
 ``sweep.json`` and says what was stopped; ``train.main`` prints that one line and exits with
 128 + the signal number. Further signals are ignored while this happens.
@@ -26,7 +27,7 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int, message: str | None = None):
         self.signum, self.name = signum, signal.Signals(signum).name
         super().__init__(message or f"stopped by {self.name}; the run in flight has no summary "
-                                    "and a rerun redoes it")
+                                    "and a rerun continues it from its checkpoint, if any")
 
     @property
     def exit_code(self) -> int:

@@ -19,7 +19,8 @@ once over the whole pack.
 
 ``Pack.losses`` is the training step's forward; ``Pack.sync`` copies a run's trained weights
 back into its own model (for its evaluation and diagnostics, exactly as alone); ``Pack.drop``
-compacts stopped runs out, parameters and Adam state alike.
+compacts stopped runs out, parameters and Adam state alike; ``Pack.adam_state`` and
+``load_adam_state`` take a run's Adam state out for its checkpoint and put it back.
 """
 
 from __future__ import annotations
@@ -171,6 +172,30 @@ class Pack:
             if state:
                 new.state[p] = state
         return new
+
+    def adam_state(self, i: int, opt: torch.optim.Optimizer) -> dict[str, dict]:
+        """Run i's Adam state by parameter name, unpadded and copied: what its checkpoint keeps.
+        A map with parameters is the run's own (``self.phis``), so its model names them."""
+        model, out = self.models[i], {}
+        for n, p in self.params.items():
+            out[n] = {k: self._unpad(n, model, v[i]) if v.dim() else v
+                      for k, v in opt.state.get(p, {}).items()}
+        for n, p in model.phi.named_parameters(prefix="phi"):
+            out[n] = dict(opt.state.get(p, {}))
+        return {n: {k: v.clone() for k, v in state.items()} for n, state in out.items()}
+
+    def load_adam_state(self, opt: torch.optim.Optimizer, states: list[dict[str, dict]]) -> None:
+        """Put each run's saved Adam state (``adam_state``) into ``opt``, which holds exactly
+        ``parameters()``; the runs must share their step count, as stacked tensors share it."""
+        for n, p in self.params.items():
+            if states[0].get(n):
+                opt.state[p] = {k: torch.stack([self._pad(n, m, s[n][k]) for m, s in
+                                                zip(self.models, states)]) if v.dim() else v
+                                for k, v in states[0][n].items()}
+        for model, state in zip(self.models, states):
+            for n, p in model.phi.named_parameters(prefix="phi"):
+                if state.get(n):
+                    opt.state[p] = dict(state[n])
 
     def losses(self, batches: list[Batch]) -> torch.Tensor:
         """Each run's training loss (R,) on its own batch (its mean over the batch)."""

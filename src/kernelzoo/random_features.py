@@ -152,6 +152,17 @@ class _RandomFeatures(FeatureMap):
         if self.seed is None:
             self._generators[str(self.projection.device)] = generator
 
+    def get_extra_state(self):
+        """What the state dict holds beyond the projection (a run's checkpoint, ``checkpoint.py``):
+        the training calls counted for redraw=every_n_steps and the generators' states."""
+        return {"training_calls": self._training_calls,
+                "generators": {device: g.get_state() for device, g in self._generators.items()}}
+
+    def set_extra_state(self, state):
+        self._training_calls = state["training_calls"]
+        for device, value in state["generators"].items():
+            self._generators.setdefault(device, torch.Generator(device)).set_state(value.cpu())
+
     def _project(self, x, projection=None):
         """x Omega^T, (..., d_key) -> (..., m); with per-element projections, x is (B, ..., d_key)."""
         projection = self.projection if projection is None else projection

@@ -3,7 +3,9 @@
 ``fit`` trains the model of a plan (``train.plan``) with Adam on fresh batches, evaluates every
 ``eval_every`` steps (``evaluate``), appends each evaluation to ``curve.csv``, and stops at the
 first of: eval loss <= ``stop_loss`` (converged), more than ``patience`` evaluations without
-improvement (plateau), ``max_steps`` (max_steps), a non-finite loss (diverged).
+improvement (plateau), ``max_steps`` (max_steps), a non-finite loss (diverged). Every
+``checkpoint_minutes`` it checkpoints the runs at an evaluation, and a run claimed with a
+checkpoint continues from it (``checkpoint.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from . import diagnostics, files, store, tracking
+from . import __version__, checkpoint, diagnostics, files, store, tracking
 from .config import TrainerConf
 from .model import RetrievalModel, retrieval_loss
 from .pack import Pack, compiles
@@ -88,7 +90,7 @@ def _per_chunk(model: RetrievalModel, batch, rank: torch.Tensor, size: int) -> t
 class Member:
     """A claimed run as the loop needs it: its config, plan (``train.plan``), id, the
     directory it is trained in (``path``: its place in the store, ``home``, or a forced rerun's
-    staging directory) and tracker."""
+    staging directory), tracker, and the checkpoint it continues from (read by ``fit``)."""
 
     cfg: DictConfig
     plan: dict
@@ -96,6 +98,19 @@ class Member:
     path: Path
     home: Path
     tracker: tracking.Tracker | None = None
+    checkpoint: dict | None = None  # until ``fit`` has restored it
+    started: float = 0.0  # time.perf_counter() when this attempt began
+
+    def __post_init__(self):
+        saved = self.checkpoint or {"step": 0, "resumes": -1, "wall_seconds": 0.0}
+        self.start_step = saved["step"]
+        self.resumes = saved["resumes"] + 1  # continued from a checkpoint, this attempt included
+        self.wall_before = saved["wall_seconds"]  # training before this attempt, to the checkpoint
+
+    def wall(self) -> float:
+        """Seconds of training, those before this attempt included (work redone since the
+        checkpoint counts in this attempt only)."""
+        return self.wall_before + time.perf_counter() - self.started
 
 
 class _Run:
@@ -116,15 +131,35 @@ class _Run:
                                    seed + 2_000_003, device).eval_batch(tr.eval_sequences,
                                                                         tr.eval_max_queries)
         self.initial = diagnostics.feature_ranks_of(self.model, self.probe)
-        self.curve = store.CurveWriter(m.path)
+        self.best, self.since_best, self.status, self.reason = math.inf, 0, "max_steps", None
+        self.eval_loss = self.accuracy = math.nan
+        self.steps = self.evaluated = m.start_step
+        if m.checkpoint:
+            self._restore(m.checkpoint)
+        self.curve = store.CurveWriter(m.path, after=m.start_step if m.checkpoint else None)
         show = sys.stderr.isatty() if tr.progress == "auto" else tr.progress == "true"
         # a bar only when shown: tqdm's lock is a multiprocessing semaphore, which a sweep
         # worker stopped by SIGKILL would leak (the resource tracker then warns at exit)
-        self.bar = tqdm(total=tr.max_steps, desc=m.rid[:40], leave=False, unit="step") \
-            if show else None
-        self.best, self.since_best, self.status, self.reason = math.inf, 0, "max_steps", None
-        self.eval_loss = self.accuracy = math.nan
-        self.steps = self.evaluated = 0
+        self.bar = tqdm(total=tr.max_steps, initial=self.steps, desc=m.rid[:40], leave=False,
+                        unit="step") if show else None
+
+    def state(self) -> dict:
+        """The run's checkpoint but its Adam state (``checkpoint.py``), at an evaluation."""
+        return {"identity": checkpoint.key(self.m.plan["identity"]),
+                "device": str(self.m.plan["device"]), "kernelzoo_version": __version__,
+                "step": self.steps, "wall_seconds": self.m.wall(), "resumes": self.m.resumes,
+                "model": self.model.state_dict(),
+                "task": [self.task.generator.get_state(), self.task.eval_generator.get_state()],
+                "loop": {"best": self.best, "since_best": self.since_best,
+                         "eval_loss": self.eval_loss, "accuracy": self.accuracy}}
+
+    def _restore(self, saved: dict) -> None:
+        self.model.load_state_dict(saved["model"])
+        self.task.generator.set_state(saved["task"][0].cpu())
+        self.task.eval_generator.set_state(saved["task"][1].cpu())
+        loop = saved["loop"]
+        self.best, self.since_best = loop["best"], loop["since_best"]
+        self.eval_loss, self.accuracy = loop["eval_loss"], loop["accuracy"]
 
     def check(self, losses: list[float], step: int, seconds: float) -> bool:
         """The protocol at an evaluation after the training losses ``losses`` of the last steps
@@ -192,9 +227,17 @@ def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
     """The published protocol for a pack of runs (one run is a pack of one): each run draws
     its own batches, is evaluated and stopped on its own, and leaves the pack when it stops,
     ``done(member, summary fields)`` being called at that moment. Members share everything
-    but seed and n_keys (``pack.py``)."""
+    but seed and n_keys (``pack.py``). Runs that continue checkpoints of different steps train
+    as packs of one step each, one after the other: stacked parameters share Adam's step."""
+    for start in sorted({m.start_step for m in members}):
+        _fit([m for m in members if m.start_step == start], done)
+
+
+def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
     tr = members[0].plan["trainer"]
     dtype = getattr(torch, tr.dtype)
+    for m in members:
+        m.started = time.perf_counter()
     runs = [_Run(m, dtype) for m in members]
     for run in runs:
         run.prefix = f"{run.m.rid}: " if len(runs) > 1 else ""
@@ -204,8 +247,13 @@ def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
         pack.compile()
     opt = torch.optim.Adam(pack.parameters(), lr=tr.lr,
                            fused=device.type in ("cpu", "cuda"))  # one kernel for all params
+    step = members[0].start_step
+    if step:
+        pack.load_adam_state(opt, [m.checkpoint["adam"] for m in members])
+    for m in members:
+        m.checkpoint = None  # restored: its memory is free
     window = torch.zeros(len(runs), tr.eval_every, device=device, dtype=dtype)
-    step, t_window = 0, time.perf_counter()
+    t_window = saved = time.perf_counter()
     try:
         while runs and step < tr.max_steps:
             step += 1
@@ -231,6 +279,11 @@ def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
                 opt = pack.drop(leaving, opt)
                 runs = [run for i, run in enumerate(runs) if i not in leaving]
                 window = window[[i for i in range(window.shape[0]) if i not in leaving]]
+            if tr.checkpoint_minutes is not None and \
+                    time.perf_counter() - saved >= 60 * tr.checkpoint_minutes:
+                for i, run in enumerate(runs):
+                    checkpoint.write(run.m.path, {**run.state(), "adam": pack.adam_state(i, opt)})
+                saved = time.perf_counter()
             t_window = time.perf_counter()
     finally:
         for run in runs:  # interrupted: close what is open, write no summary

@@ -3,7 +3,9 @@
 Layout: ``<results_dir>/<experiment>/runs/<run_id>/`` holding ``config.yaml`` (the resolved
 config), ``curve.csv`` (step, train_loss, eval_loss, eval_accuracy) and ``summary.json``.
 ``summary.json`` is written last, by atomic rename, so its presence means "this run is done";
-a directory without it is an interrupted run and is redone from scratch. A forced rerun of a
+a directory without it is an interrupted run: a rerun continues it from its ``checkpoint.pt``
+(``checkpoint.py``; the one binary file, read by torch with ``weights_only``) or starts it
+over. A forced rerun of a
 finished run is trained beside it (``staging``) and swapped in whole when complete. Concurrent
 workers claim a run with an OS file lock (``.claim``), which the kernel releases when a worker
 dies. Everything is plain text (YAML, CSV, JSON): reading results never executes code.
@@ -18,6 +20,7 @@ import ctypes
 import errno
 import functools
 import hashlib
+import io
 import json
 import math
 import os
@@ -293,12 +296,21 @@ def is_done(path: Path) -> bool:
 
 
 class CurveWriter:
-    """Append rows to ``curve.csv``, flushed per row so a killed run leaves a readable prefix."""
+    """Append rows to ``curve.csv``, flushed per row so a killed run leaves a readable prefix.
+    A run continued from its checkpoint at step ``after`` keeps the rows up to that step."""
 
-    def __init__(self, path: Path):
-        self.file = open(path / "curve.csv", "w", newline="")
+    def __init__(self, path: Path, after: int | None = None):
+        file = path / "curve.csv"
+        if after is not None:  # whole rows up to ``after`` (a kill may have cut the last row)
+            rows = [row for row in csv.reader(read_text(file).splitlines()[1:])
+                    if len(row) == len(CURVE_COLUMNS) and row[0].isdigit() and int(row[0]) <= after]
+            text = io.StringIO()
+            csv.writer(text).writerows([CURVE_COLUMNS, *rows])
+            atomic_write_text(file, text.getvalue())
+        self.file = open(file, "w" if after is None else "a", newline="")
         self.writer = csv.writer(self.file)
-        self.writer.writerow(CURVE_COLUMNS)
+        if after is None:
+            self.writer.writerow(CURVE_COLUMNS)
 
     def write(self, step: int, train_loss: float, eval_loss: float, eval_accuracy: float) -> None:
         self.writer.writerow([step, f"{train_loss:.6g}", f"{eval_loss:.6g}", f"{eval_accuracy:.6g}"])
@@ -331,10 +343,11 @@ class Claim:
             self.lock.release()
 
 
-def reset(path: Path) -> None:
-    """Remove what an interrupted attempt left in a run directory (never its claim lock)."""
+def reset(path: Path, keep: tuple[str, ...] = ()) -> None:
+    """Remove what an interrupted attempt left in a run directory but ``keep`` (never its claim
+    lock)."""
     for child in path.iterdir():
-        if child.name == ".claim":
+        if child.name == ".claim" or child.name in keep:
             continue
         if child.is_dir():
             shutil.rmtree(child)

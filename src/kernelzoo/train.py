@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import sys
-import time
 from pathlib import Path
 
 import hydra
@@ -28,14 +27,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from threadpoolctl import threadpool_limits
 
-from . import __version__, config, files, interrupt, progress, store, tracking
+from . import __version__, checkpoint, config, files, interrupt, progress, store, tracking
 from .config import UsageError
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from .devices import check_memory, require, resolve_device
 from .pack import step_cost
 from .runner import Member, fit
 
-NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile")}  # how, not what, is computed
+NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",
+                               "checkpoint_minutes")}  # how, not what, is computed
 
 
 if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached: one per sweep
@@ -116,7 +116,7 @@ def base_summary(cfg: DictConfig, identity: dict, rid: str) -> dict:
         "normalisation": identity["memory"].get("normalisation"), "seed": identity["seed"],
         "status": None, "reason": None, "steps": 0, "final_eval_loss": None,
         "best_eval_loss": None, "final_eval_accuracy": None, "wall_seconds": 0.0,
-        "device": None, "kernelzoo_version": __version__,
+        "device": None, "kernelzoo_version": __version__, "resumes": 0,
     }
 
 
@@ -169,8 +169,11 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
     identity = p["identity"]
     rid, path = locate(cfg, identity)
     if cfg.dry_run:
-        echo(f"plan {rid}: d_dot {identity['d_dot']}, "
-             f"{'done' if store.is_done(path) else 'to train'}")
+        saved = None if store.is_done(path) or not cfg.resume else \
+            checkpoint.read(path, identity, p["device"])[0]
+        echo(f"plan {rid}: d_dot {identity['d_dot']}, " + (
+            "done" if store.is_done(path) else
+            f"to train from its checkpoint at step {saved['step']}" if saved else "to train"))
         return rid, None
     config.writable(path)
     if store.is_done(path) and not cfg.force:
@@ -183,8 +186,15 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
     if not claims.enter_context(store.Claim(path)):
         echo(f"skip {rid}: another worker is running it")
         return rid, None
+    saved = None
     if not store.is_done(path):
-        store.reset(path)
+        saved, why = checkpoint.read(path, identity, p["device"]) if cfg.resume else (None, None)
+        if why:
+            echo(f"restart {rid} from step 0: {why}")
+        if saved:
+            echo(f"resume {rid}: from its checkpoint at step {saved['step']} "
+                 f"({saved['wall_seconds'] / 60:.1f} min of training)")
+        store.reset(path, keep=("curve.csv", checkpoint.NAME) if saved else ())
         where = path
     elif cfg.force:  # the finished result stays in place until the new one is complete
         where = store.staging(path)
@@ -192,7 +202,7 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
         echo(f"skip {rid}: finished by another worker")
         return rid, None
     files.atomic_write_text(where / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    return Member(cfg, p, rid, where, path)
+    return Member(cfg, p, rid, where, path, checkpoint=saved)
 
 
 def train_claimed(todo: list[Member], echo):
@@ -207,12 +217,12 @@ def train_claimed(todo: list[Member], echo):
         echo(header)
         LOG.info(header)
         m.tracker = _tracker(m, echo)
-    start = time.perf_counter()
 
     def done(m: Member, fields: dict) -> None:
         summary = {**base_summary(m.cfg, m.plan["identity"], m.rid), **fields,
-                   "wall_seconds": round(time.perf_counter() - start, 3)}
+                   "wall_seconds": round(m.wall(), 3), "resumes": m.resumes}
         store.write_summary(m.path, summary)
+        checkpoint.remove(m.path)
         if m.path != m.home:
             store.swap_in(m.path, m.home)
         m.tracker.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})

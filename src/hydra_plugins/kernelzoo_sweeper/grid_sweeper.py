@@ -144,7 +144,8 @@ class GridSweeper(BasicSweeper):
             raise interrupt.Interrupted(stop.signum, (
                 f"sweep {self.config.experiment} stopped by {stop.name} after "
                 f"{wall / 60:.1f} min ({self._totals() or 'nothing finished'}); its workers are "
-                "stopped, runs in flight have no summary and a rerun redoes them")) from None
+                "stopped, runs in flight have no summary and a rerun continues them from their "
+                "checkpoints, if any")) from None
         wall = time.time() - start
         print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "
               f"{self._totals() or 'nothing'}")
