@@ -186,16 +186,17 @@ class Pack:
 
     def load_adam_state(self, opt: torch.optim.Optimizer, states: list[dict[str, dict]]) -> None:
         """Put each run's saved Adam state (``adam_state``) into ``opt``, which holds exactly
-        ``parameters()``; the runs must share their step count, as stacked tensors share it."""
+        ``parameters()``; the runs must share their step count, as stacked tensors share it.
+        Every tensor is a new one: the optimizer updates them in place."""
         for n, p in self.params.items():
             if states[0].get(n):
                 opt.state[p] = {k: torch.stack([self._pad(n, m, s[n][k]) for m, s in
-                                                zip(self.models, states)]) if v.dim() else v
+                                                zip(self.models, states)]) if v.dim() else v.clone()
                                 for k, v in states[0][n].items()}
         for model, state in zip(self.models, states):
             for n, p in model.phi.named_parameters(prefix="phi"):
                 if state.get(n):
-                    opt.state[p] = dict(state[n])
+                    opt.state[p] = {k: v.clone() for k, v in state[n].items()}
 
     def losses(self, batches: list[Batch]) -> torch.Tensor:
         """Each run's training loss (R,) on its own batch (its mean over the batch)."""
