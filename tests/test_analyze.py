@@ -310,6 +310,19 @@ def test_one_seed_reads_as_its_bracket_and_lists_the_noise(tmp_path):
     assert f"| ELU+1 | 64 | 64 | 1 seed | {value} (between 60 and 80) | 54.7 | 80 |" in report
     assert "Isolated failures treated as noise (a failure followed by a pass): 1" in report
     assert "ELU+1, seed 1, n_keys 40: final eval loss 0.2 (converged)" in report
+    assert "Continued from checkpoints" not in report
+
+
+def test_the_report_counts_the_runs_continued_from_checkpoints(tmp_path):
+    exp = tmp_path / "results" / "resumed"
+    write_series(exp, {20: 1e-4, 40: 0.2, 60: 0.3})
+    for path, resumes in zip(sorted((exp / "runs").iterdir()), (2, 0, 1)):
+        summary = json.loads((path / "summary.json").read_text())
+        (path / "summary.json").write_text(json.dumps({**summary, "resumes": resumes}))
+    proc = run_cli(["experiment=resumed", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "- Continued from checkpoints: 2 runs (3 resumes in all); a resumed run's wall time " \
+           "counts the work redone after a stop once." in (exp / "report.md").read_text()
 
 
 def write_search_store(exp: Path) -> None:

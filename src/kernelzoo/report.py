@@ -326,6 +326,11 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
              f"the pack's time until it stopped; median {wall.median():.1f} s, "
              f"max {wall.max():.1f} s per run); {steps:,} training steps"
              + (f" ({steps / wall.sum():.0f} per second of run time)." if wall.sum() > 0 else ".")]
+    resumes = runs["resumes"].fillna(0) if "resumes" in runs else pd.Series(dtype=float)
+    if (resumes > 0).any():
+        lines.append(f"- Continued from checkpoints: {int((resumes > 0).sum())} runs "
+                     f"({int(resumes.sum())} resumes in all); a resumed run's wall time counts "
+                     "the work redone after a stop once.")
     capped = runs[runs["status"] == "max_steps"]
     if len(capped):
         lines.append(f"- {len(capped)} runs stopped at the step cap ({int(capped['steps'].max())} "
