@@ -120,7 +120,9 @@ def test_seeds_axis_doubles_the_points(smoke_results, tmp_path, cli_env):
     results = tmp_path / "results"
     res = sweep("smoke", smoke_args(results, "seed=1,2", "dry_run=true"), cli_env)
     assert res.returncode == 0, res.explain()
-    assert f"sweep smoke: {2 * SMOKE_POINTS} points" in res.stdout
+    assert f"sweep smoke: {2 * SMOKE_POINTS} points, a dry run: each is named below, done or " \
+           "to train" in res.stdout  # not "0 already done": a dry run plans every point
+    assert res.stdout.rstrip().endswith("sweep smoke: a dry run, nothing trained"), res.stdout
     planned = PLAN.findall(res.stdout) + [rid for rid, _ in INFEASIBLE.findall(res.stdout)]
     assert len(planned) == len(set(planned)) == 2 * SMOKE_POINTS, res.stdout
     seed1 = {r for r in planned if "-seed1-" in r}

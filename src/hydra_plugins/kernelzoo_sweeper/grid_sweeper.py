@@ -133,8 +133,9 @@ class GridSweeper(BasicSweeper):
             else:
                 part = (f", grids {list(self.config.grids)}: {len(points)} of its {grid_points}"
                         if self.config.grids is not None else f": {len(points)}")
-                print(f"sweep {self.config.experiment}{part} points, "
-                      f"{len(points) - len(todo)} already done")
+                print(f"sweep {self.config.experiment}{part} points, " +
+                      ("a dry run: each is named below, done or to train" if self.config.dry_run
+                       else f"{len(points) - len(todo)} already done"))
                 returns = self.launch(todo)
         except interrupt.Interrupted as stop:
             interrupt.stop_workers()
@@ -147,8 +148,9 @@ class GridSweeper(BasicSweeper):
                 "stopped, runs in flight have no summary and a rerun continues them from their "
                 "checkpoints, if any")) from None
         wall = time.time() - start
-        print(f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "
-              f"{self._totals() or 'nothing'}")
+        print(f"sweep {self.config.experiment}: a dry run, nothing trained" if self.config.dry_run
+              else f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "
+                   f"{self._totals() or 'nothing'}")
         self._record({**rounds.record(), **chosen} if rounds else planned, start, wall)
         return returns
 
