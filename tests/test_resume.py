@@ -176,4 +176,6 @@ def test_a_run_killed_with_sigkill_continues_from_its_checkpoint(tmp_path, cli_e
     rerun = cli_train([*args[2:], f"results_dir={tmp_path / 'killed'}"], cli_env)
     assert rerun.returncode == 0, rerun.explain()
     assert f"resume {rid}: from its checkpoint at step " in rerun.stdout
+    assert any(f"resume {rid}: from its checkpoint" in log.read_text()  # the rerun's train.log
+               for log in (tmp_path / "killed" / "adhoc" / "hydra").rglob("train.log"))
     assert_same_run(tmp_path / "killed", tmp_path / "whole", rid)
