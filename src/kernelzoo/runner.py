@@ -23,7 +23,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from . import __version__, checkpoint, diagnostics, files, store, tracking
+from . import checkpoint, diagnostics, files, store, tracking
 from .config import TrainerConf
 from .model import RetrievalModel, retrieval_loss
 from .pack import Pack, compiles
@@ -146,7 +146,7 @@ class _Run:
     def state(self) -> dict:
         """The run's checkpoint but its Adam state (``checkpoint.py``), at an evaluation."""
         return {"identity": checkpoint.key(self.m.plan["identity"]),
-                "device": str(self.m.plan["device"]), "kernelzoo_version": __version__,
+                "device": str(self.m.plan["device"]),
                 "step": self.steps, "wall_seconds": self.m.wall(), "resumes": self.m.resumes,
                 "model": self.model.state_dict(),
                 "task": [self.task.generator.get_state(), self.task.eval_generator.get_state()],
