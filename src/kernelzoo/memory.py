@@ -35,13 +35,14 @@ import math
 import torch
 import torch.nn.functional as F
 
+from . import fwm
 from .config import NORMALISATIONS, UPDATE_RULES
 from .feature_maps import sum_normalise
 FWM_LAYER_NORM_EPS = 1e-5  # task spec: LayerNorm of the fwm output, no affine parameters
-# fwm: the chunked form pays from about this many state entries B * d_v * D. The state's forward
-# and backward on the 2-core CPU, beside a running sweep: 0.9-3x faster at 4e4-2e5 entries, 34x
-# at 8e5 (DPFP-1 at 200 keys); below 2e4 the plain loop is faster (per-operation overhead).
-FWM_CHUNKED_FROM = 32768
+# fwm: the chunked form (`fwm.state`) pays from about this many state entries B * d_v * D. Its
+# forward and backward against the literal loop on the 2-core CPU, 1 thread, L 40, beside two
+# training runs: even at 2e3, 1.3x faster at 1e4, 2x at 2e4-4e4, 4.7x at 1.6e5.
+FWM_CHUNKED_FROM = 8192
 
 
 def _validate(update_rule, normalisation, beta):
@@ -134,46 +135,6 @@ def _delta_state_chunked(k, v, beta, chunk_size):
     return W
 
 
-def _fwm_state_chunked(k, v, beta, chunk_size):
-    """Final fwm fast weights W (B, d_v, D): the same recurrence as `_recurrent_state`, without
-    materialising W at every step.
-
-    Step l writes u_l = beta_l (v_l - v_bar_l), v_bar_l = W k_l, then divides by
-    n_l = max(1, ||W + u_l k_l^T||_F) (n_0 = 1). Within a chunk starting from W_0,
-    W_{t-1} = a W_0 + sum_{j<t} w_j u_j k_j^T, where a and w_j are products of the 1/n_i since
-    W_0 and since u_j was written. So v_bar_t = a (W_0 k_t) + sum_{j<t} w_j (k_j . k_t) u_j
-    needs only W_0 K^T and the chunk's Gram matrix, and the norm follows a scalar recurrence:
-    ||W + u_t k_t^T||^2 = ||W||^2 + 2 u_t . v_bar_t + |u_t|^2 |k_t|^2. W itself is formed once
-    per chunk (and its norm recomputed exactly there). The loop is over (B, d_v) vectors, not
-    (B, d_v, D) states, and autograd keeps no per-step copy of W.
-    """
-    B, L, D = k.shape
-    W = k.new_zeros(B, v.shape[-1], D)
-    sq = k.new_zeros(B)  # ||W||_F^2
-    for start in range(0, L, chunk_size):
-        kc, vc, bc = (x[:, start:start + chunk_size] for x in (k, v, beta))
-        C = kc.shape[1]
-        p = kc @ W.transpose(1, 2)  # (B, C, d_v): W_0 k_t
-        g = kc @ kc.transpose(1, 2)  # (B, C, C)
-        a = k.new_ones(B, 1)
-        us, w = [], k.new_zeros(B, 0)
-        for t in range(C):
-            v_bar = a * p[:, t]
-            if us:
-                coef = (w * g[:, t, :t]).unsqueeze(1)  # (B, 1, t)
-                v_bar = v_bar + (coef @ torch.stack(us, 1)).squeeze(1)
-            u = bc[:, t, None] * (vc[:, t] - v_bar)
-            us.append(u)
-            sq = sq + 2 * (u * v_bar).sum(-1) + u.square().sum(-1) * g[:, t, t]
-            w = torch.cat([w, k.new_ones(B, 1)], 1)
-            if start + t > 0:
-                n = sq.clamp(min=1.0).sqrt().unsqueeze(-1)  # max(1, ||W||_F)
-                sq, a, w = sq / n.squeeze(-1).square(), a / n, w / n
-        W = a.unsqueeze(-1) * W + (torch.stack(us, 1) * w.unsqueeze(-1)).transpose(1, 2) @ kc
-        sq = W.square().sum((1, 2))
-    return W
-
-
 class _Gram(torch.autograd.Function):
     """K K^T for K (..., L, D), with the backward (G + G^T) K as one matmul instead of two."""
 
@@ -227,7 +188,7 @@ def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=
       evaluation in this task); else the chunkwise parallel form (`_delta_state_chunked`), a
       loop over L / chunk_size chunks.
     - "fwm": the per-step Frobenius renormalisation is nonlinear, so the loop over time steps
-      stays; for a large state it runs over vectors (`_fwm_state_chunked`, which forms the
+      stays; for a large state it runs over vectors (`fwm.state`, which forms the
       state once per chunk), for a small one it is the literal loop. This rule ignores
       `normalisation`, `eps` and `key_eps`.
     """
@@ -249,7 +210,7 @@ def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=
         elif update_rule == "delta":
             W = _delta_state_chunked(k, v, beta, chunk_size)
         elif B * D * d_v >= FWM_CHUNKED_FROM:
-            W = _fwm_state_chunked(k, v, beta, chunk_size)
+            W = fwm.state(k, v, beta, chunk_size)
         else:
             W = _recurrent_state(k, v, beta, update_rule)
         y = q @ W.transpose(1, 2)
