@@ -323,6 +323,11 @@ def test_the_report_counts_the_runs_continued_from_checkpoints(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "- Continued from checkpoints: 2 runs (3 resumes in all); a resumed run's wall time " \
            "counts the work redone after a stop once." in (exp / "report.md").read_text()
+    for path, resumes in zip(sorted((exp / "runs").iterdir()), (0, 0, 1)):
+        summary = json.loads((path / "summary.json").read_text())
+        (path / "summary.json").write_text(json.dumps({**summary, "resumes": resumes}))
+    proc = run_cli(["experiment=resumed", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    assert "- Continued from checkpoints: 1 run (1 resume in all);" in (exp / "report.md").read_text()
 
 
 def write_search_store(exp: Path) -> None:

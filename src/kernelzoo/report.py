@@ -25,7 +25,7 @@ from kernelzoo.plots import efficiency_order
 from kernelzoo.stalls import RULE as STALL_RULE
 from kernelzoo.stalls import has_diagnostics, moved, stall_lines, stall_rates
 from kernelzoo.store import experiment_points, finished_points, read_sweep, trained_points
-from kernelzoo.style import bound, cell, natural, natural_key
+from kernelzoo.style import bound, cell, natural, natural_key, plural
 
 
 def observed(r) -> str:
@@ -253,8 +253,8 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, counted: pd.DataFr
     lines += [STALL_RULE, ""]
     if rates.empty:
         return lines + ["No run stalled.", ""]
-    lines += [f"{int(runs['stalled'].sum())} of {len(runs)} runs stalled, at {len(rates)} points "
-              f"of {rates['label'].nunique()} configurations (each run is listed under \"What is "
+    lines += [f"{int(runs['stalled'].sum())} of {len(runs)} runs stalled, at {plural(len(rates), 'point')} "
+              f"of {plural(rates['label'].nunique(), 'configuration')} (each run is listed under \"What is "
               "missing or was set aside\").", "",
               "| configuration | n_keys | stalled seeds | stall rate |", "|---|---|---|---|"]
     lines += [f"| {r.label} | {r.n_keys} | {r.stalled} of {r.seeds} | {r.stalled / r.seeds:.0%} |"
@@ -277,7 +277,7 @@ def _counted(invocation: dict) -> str:
 
 def sweep_lines(history: dict, n_runs: int) -> list[str]:
     """The sweep record's lines of "What was run": wall clock per invocation, planned points."""
-    parts = [f"{float(i['wall_seconds']):.0f} s for {i['points']} points"
+    parts = [f"{float(i['wall_seconds']):.0f} s for {plural(i['points'], 'point')}"
              + (f" of grids {i['grids']}" if "grids" in i else "")
              + _counted(i)
              + (f" in {i['search']['rounds']} search rounds" if "search" in i else "")
@@ -328,9 +328,9 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
              + (f" ({steps / wall.sum():.0f} per second of run time)." if wall.sum() > 0 else ".")]
     resumes = runs["resumes"].fillna(0) if "resumes" in runs else pd.Series(dtype=float)
     if (resumes > 0).any():
-        lines.append(f"- Continued from checkpoints: {int((resumes > 0).sum())} runs "
-                     f"({int(resumes.sum())} resumes in all); a resumed run's wall time counts "
-                     "the work redone after a stop once.")
+        lines.append(f"- Continued from checkpoints: {plural(int((resumes > 0).sum()), 'run')} "
+                     f"({plural(int(resumes.sum()), 'resume')} in all); a resumed run's wall "
+                     "time counts the work redone after a stop once.")
     capped = runs[runs["status"] == "max_steps"]
     if len(capped):
         lines.append(f"- {len(capped)} runs stopped at the step cap ({int(capped['steps'].max())} "
