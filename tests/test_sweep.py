@@ -237,7 +237,7 @@ def test_grids_runs_some_grids_as_a_sweep_of_every_grid_would(smoke_results, tmp
     report = (results / "smoke" / "report.md").read_text()
     assert f"- Points of the experiment: {SMOKE_POINTS}; with a summary: 1 (partial sweep)." \
         in report
-    assert "1 points of grids [2] (1 trained)" in report
+    assert "1 point of grids [2] (1 trained)" in report
     assert (f"- Points of the experiment without a summary: {SMOKE_POINTS - 1} (`python -m "
             f"kernelzoo.sweep smoke dry_run=true results_dir={results}` names each point") in report
 

@@ -314,7 +314,8 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
     steps = int(runs["steps"].fillna(0).sum())
     lines = [f"# Capacity analysis: `{experiment}`", "", "## What was run", "",
-             f"- {len(runs)} runs with a summary ({status}); {len(capacity)} configurations.",
+             f"- {plural(len(runs), 'run')} with a summary ({status}); "
+             f"{plural(len(capacity), 'configuration')}.",
              f"- d_key: {', '.join(map(str, sorted(runs['d_key'].unique())))}; update rules: "
              f"{', '.join(sorted(runs['update_rule'].unique()))}; seeds: "
              f"{', '.join(map(str, sorted(runs['seed'].unique())))}.",
