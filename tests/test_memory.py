@@ -163,6 +163,22 @@ def test_fwm_chunked_state_matches_the_loop(dtype, key_scale):
         torch.testing.assert_close(norms, torch.ones_like(norms))
 
 
+def test_fwm_state_with_float32_log_scales_as_on_mps(monkeypatch):
+    """MPS has no float64, so there the log-scales are float32: at keys of a realistic size the
+    state and its gradients still match the literal loop within 1e-4 (float32)."""
+    monkeypatch.setitem(fwm.LOG_DTYPE, DEVICE.type, torch.float32)
+    for B, L, _, D, d_v, chunk in SHAPES:
+        phi_k, v, _, beta = _inputs(B, L, 1, D, d_v, torch.float32, device=DEVICE)
+        phi_k = (phi_k * 4).detach().requires_grad_()
+        w = torch.randn(B, d_v, D, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+        results = []
+        for state in (fwm.state(phi_k, v, beta, chunk),
+                      memory._recurrent_state(phi_k, v, beta, "fwm")):
+            results.append([state, *torch.autograd.grad((state * w).sum(), (phi_k, v, beta))])
+        for a, b in zip(*results):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * b.abs().max().item())
+
+
 def test_fwm_read_uses_the_chunked_state_for_a_large_state(monkeypatch):
     calls = []
     chunked = fwm.state
