@@ -26,6 +26,7 @@ against autograd through the literal recurrence (values and gradients, `tests/te
 """
 
 import torch
+from torch.autograd.function import once_differentiable
 
 LOG_DTYPE = {"mps": torch.float32}  # the log-scales' dtype where float64 is missing (else float64)
 
@@ -80,6 +81,7 @@ class _State(torch.autograd.Function):
         return W
 
     @staticmethod
+    @once_differentiable  # a gradient of this gradient is not written out
     def backward(ctx, G_W):
         k, v, beta, U, Vbar, l_prev, q, divides, W_end, *W0s = ctx.saved_tensors
         B, L, D = k.shape
