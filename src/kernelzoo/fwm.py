@@ -19,7 +19,7 @@ steps divide, and the log-scales are kept in float64 (their differences would lo
 precision once the sum of logs is large). The loop runs over (B, d_v) vectors, not (B, d_v, D)
 states.
 
-Autograd through that loop records ~100 tiny operations a step (and zero-filled gradients of
+Autograd through that loop would record ~100 tiny operations a step (and zero-filled gradients of
 every slice), so the backward here is written out: the same loop in reverse over the stored
 u_t, v_bar_t, q_t and scales, with the chunk's matrix products batched after it. It is tested
 against autograd through the literal recurrence (values and gradients, `tests/test_memory.py`).
@@ -87,7 +87,6 @@ class _State(torch.autograd.Function):
         B, L, D = k.shape
         G_k, G_beta = torch.empty_like(k), torch.empty_like(beta)
         G_v = torch.empty_like(v) if ctx.needs_input_grad[1] else None  # one-hot values: none
-        G_Vbar = torch.empty_like(v)
         G_W, W1, owned = G_W.contiguous(), W_end, False  # owned: G_W is updated in place
         for n, s in reversed(list(enumerate(range(0, L, ctx.chunk_size)))):
             e = min(s + ctx.chunk_size, L)
@@ -103,7 +102,7 @@ class _State(torch.autograd.Function):
             G_W0 = G_W.mul_(scale) if owned else G_W * scale  # the state-sized buffers are
             # updated in place: fresh ones cost more (page faults) than the arithmetic
             G_sq = torch.zeros_like(G_l)
-            G_U, G_Q = torch.empty_like(Uc), torch.empty_like(c)  # per step, used after the loop
+            G_U, G_Vbar, G_Q = torch.empty_like(Uc), torch.empty_like(Uc), torch.empty_like(c)
             for t in reversed(range(e - s)):
                 i = s + t
                 u, v_bar = U[:, i], Vbar[:, i]
@@ -111,23 +110,23 @@ class _State(torch.autograd.Function):
                 G_u = G_U_out[:, t]
                 if t + 1 < e - s:  # v_bar of the later steps of the chunk
                     coef = _exp(l_prev[:, i + 1:e] - l_prev[:, i, None], k) * g[:, t + 1:, t]
-                    G_u = G_u + (coef[:, None] @ G_Vbar[:, i + 1:e]).squeeze(1)
+                    G_u = G_u + (coef[:, None] @ G_Vbar[:, t + 1:]).squeeze(1)
                 G_l = G_l - (u * G_u).sum(-1)  # u_t's weights e^{l_{t'-1} - l_{t-1}}
                 two_G_q = 2 * G_q[:, None]
                 G_u = torch.addcmul(G_u, two_G_q, torch.addcmul(v_bar, u, g[:, t, t, None]))
                 G_vbar = torch.addcmul(two_G_q * u, beta[:, i, None], G_u, value=-1)
                 G_l = G_l + (G_vbar * v_bar).sum(-1)  # v_bar_t is proportional to e^{l_{t-1}}
-                G_U[:, t], G_Q[:, t], G_Vbar[:, i] = G_u, G_q, G_vbar
+                G_U[:, t], G_Q[:, t], G_Vbar[:, t] = G_u, G_q, G_vbar
                 G_sq = G_q
             G_beta[:, s:e] = (G_U * (v[:, s:e] - Vbar[:, s:e])).sum(-1)
             if G_v is not None:
                 G_v[:, s:e] = beta[:, s:e, None] * G_U
             G_W0.addcmul_(2 * G_sq[:, None, None], W0)  # s_{-1} = ||W_0||^2
-            G_P = _exp(l_prev[:, s:e], k)[..., None] * G_Vbar[:, s:e]  # e^{l_{t-1}} p_t
+            G_P = _exp(l_prev[:, s:e], k)[..., None] * G_Vbar  # e^{l_{t-1}} p_t
             G_kc.baddbmm_(G_P, W0)
             G_W0.baddbmm_(G_P.transpose(1, 2), kc)
             ratio = _exp((l_prev[:, s:e, None] - l_prev[:, None, s:e]).clamp(max=0), k)  # j < t
-            G_g = torch.tril(ratio * (G_Vbar[:, s:e] @ Uc.transpose(1, 2)), diagonal=-1)
+            G_g = torch.tril(ratio * (G_Vbar @ Uc.transpose(1, 2)), diagonal=-1)
             G_g = G_g + torch.diag_embed(G_Q * Uc.square().sum(-1))  # q_t's |u_t|^2 g_tt
             G_k[:, s:e] = G_kc.baddbmm_(G_g + G_g.transpose(1, 2), kc)
             G_W, W1, owned = G_W0, W0, True

@@ -253,9 +253,9 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, counted: pd.DataFr
     lines += [STALL_RULE, ""]
     if rates.empty:
         return lines + ["No run stalled.", ""]
-    lines += [f"{int(runs['stalled'].sum())} of {len(runs)} runs stalled, at {plural(len(rates), 'point')} "
-              f"of {plural(rates['label'].nunique(), 'configuration')} (each run is listed under \"What is "
-              "missing or was set aside\").", "",
+    lines += [f"{int(runs['stalled'].sum())} of {len(runs)} runs stalled, at "
+              f"{plural(len(rates), 'point')} of {plural(rates['label'].nunique(), 'configuration')} "
+              "(each run is listed under \"What is missing or was set aside\").", "",
               "| configuration | n_keys | stalled seeds | stall rate |", "|---|---|---|---|"]
     lines += [f"| {r.label} | {r.n_keys} | {r.stalled} of {r.seeds} | {r.stalled / r.seeds:.0%} |"
               for r in rates.itertuples()]

@@ -189,9 +189,12 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
     saved = None
     if not store.is_done(path):
         saved, why = checkpoint.read(path, identity, p["device"]) if cfg.resume else (None, None)
-        line = f"restart {rid} from step 0: {why}" if why else \
-            f"resume {rid}: from its checkpoint at step {saved['step']} " \
-            f"({saved['wall_seconds'] / 60:.1f} min of training)" if saved else None
+        line = None
+        if why:
+            line = f"restart {rid} from step 0: {why}"
+        elif saved:
+            line = (f"resume {rid}: from its checkpoint at step {saved['step']} "
+                    f"({saved['wall_seconds'] / 60:.1f} min of training)")
         if line:  # to the console and the job's train.log
             echo(line)
             LOG.info(line)
