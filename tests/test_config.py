@@ -288,3 +288,17 @@ def test_points_are_composed_as_hydra_composes_them_once_per_choice_of_groups(mo
             expected = OmegaConf.to_container(full, resolve=False)
             del expected["hydra"]
             assert OmegaConf.to_container(job, resolve=False) == expected, point
+
+
+def test_processes_proving_one_results_dir_writable_at_once_do_not_collide(tmp_path):
+    """Two sweeps into one results_dir (or the array tasks of one sweep) start together; each
+    proves the directory writable with a probe of its own, never one another could delete."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def prove(_):
+        for _ in range(200):
+            config.writable(tmp_path)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(prove, range(8)))
+    assert list(tmp_path.iterdir()) == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import tempfile
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -313,9 +314,8 @@ def writable(path: str | Path) -> None:
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.touch()
-        probe.unlink()
+        with tempfile.TemporaryFile(dir=path):  # a probe of its own: sweeps may start together
+            pass
     except OSError as err:
         raise UsageError(f"cannot write {path} ({err.strerror}); valid: a writable "
                          "results_dir=...") from None
