@@ -323,11 +323,16 @@ def test_the_report_counts_the_runs_continued_from_checkpoints(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "- Continued from checkpoints: 2 runs (3 resumes in all); a resumed run's wall time " \
            "counts the work redone after a stop once." in (exp / "report.md").read_text()
+    assert "- 1 run" not in (exp / "report.md").read_text()
     for path, resumes in zip(sorted((exp / "runs").iterdir()), (0, 0, 1)):
         summary = json.loads((path / "summary.json").read_text())
-        (path / "summary.json").write_text(json.dumps({**summary, "resumes": resumes}))
+        capped = {"status": "max_steps"} if resumes else {}
+        (path / "summary.json").write_text(json.dumps({**summary, "resumes": resumes, **capped}))
     proc = run_cli(["experiment=resumed", f"results_dir={exp.parent}", "logger=none"], tmp_path)
-    assert "- Continued from checkpoints: 1 run (1 resume in all);" in (exp / "report.md").read_text()
+    assert f"analysed 3 runs of resumed -> {exp / 'report.md'}" in proc.stdout
+    report = (exp / "report.md").read_text()
+    assert "- Continued from checkpoints: 1 run (1 resume in all);" in report
+    assert "- 1 run stopped at the step cap (" in report
 
 
 def write_search_store(exp: Path) -> None:
@@ -505,3 +510,9 @@ def test_sweep_lines_count_the_experiments_points_and_what_an_interruption_left_
     old = {**history, "invocations": history["invocations"][:1]}
     assert sweep_lines(old, 6)[1] == "- Points planned by the largest invocation: 6; with a " \
                                      "summary: 6."
+
+
+def test_counts_of_one_read_singular():
+    from kernelzoo.words import plural
+
+    assert [plural(n, "point") for n in (0, 1, 2)] == ["0 points", "1 point", "2 points"]

@@ -45,7 +45,7 @@ def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path
     third = sweep("smoke", smoke_args(results, *SEARCH), cli_env)
     assert third.returncode == 0, third.explain()
     assert not DONE.findall(third.stdout), third.stdout
-    assert "0 round(s) launched" in third.stdout
+    assert "0 rounds launched" in third.stdout
     history = json.loads((results / "smoke" / "sweep.json").read_text())["invocations"]
     assert [i["search"]["rounds"] for i in history][0] == 1
     assert history[-1]["outcomes"] == {"skipped": history[-1]["points"]}

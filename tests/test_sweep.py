@@ -114,6 +114,15 @@ def test_rerun_trains_nothing(smoke_results):
 PLAN = re.compile(r"^plan (\S+): ", re.M)
 
 
+def test_a_sweep_of_one_point_says_one_point(tmp_path, cli_env):
+    results = tmp_path / "results"
+    res = sweep("smoke", smoke_args(results, "dry_run=true",
+                                    "hydra.sweeper.grids=[{feature_map: elu, n_keys: 3}]"), cli_env)
+    assert res.returncode == 0, res.explain()
+    assert res.stdout.startswith("sweep smoke: 1 point, a dry run"), res.stdout
+    assert len(PLAN.findall(res.stdout)) == 1, res.stdout
+
+
 def test_seeds_axis_doubles_the_points(smoke_results, tmp_path, cli_env):
     """``seed=1,2`` doubles the points, each with its own run id (a dry run: nothing trains);
     the seed-1 points are exactly the runs of the plain smoke sweep."""

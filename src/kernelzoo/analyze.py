@@ -46,6 +46,7 @@ from kernelzoo.store import (CURVE_COLUMNS, config_value, experiment_dir, read_c
                              read_config_value, read_search, read_summary)
 from kernelzoo.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, format_value,
                              is_search, natural_key)
+from kernelzoo.words import plural
 
 
 def _number(value) -> float:
@@ -195,8 +196,8 @@ def analyze(cfg: DictConfig) -> None:
     if runs.empty:
         for line in damaged:
             print(f"warning: skipped damaged file: {line}", file=sys.stderr)
-        print(f"nothing to analyse in {exp_dir / 'runs'}: {len(missing)} runs without summary, "
-              f"{len(damaged)} damaged", file=sys.stderr)
+        print(f"nothing to analyse in {exp_dir / 'runs'}: {plural(len(missing), 'run')} without "
+              f"summary, {len(damaged)} damaged", file=sys.stderr)
         return
     runs["stalled"] = stalls.stalled(runs, exp_dir / "runs", cfg.threshold)
     atomic_write(exp_dir / "runs.parquet", lambda f: runs.to_parquet(f, index=False))
@@ -226,7 +227,7 @@ def analyze(cfg: DictConfig) -> None:
                                    cfg.threshold, cfg.accuracy_threshold, rule=RULE)
     for line in damaged:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)
-    print(f"analysed {len(runs)} runs of {cfg.experiment} -> {report}")
+    print(f"analysed {plural(len(runs), 'run')} of {cfg.experiment} -> {report}")
     if cfg.logger.get("name") != "none":
         tracking.log_dashboard(cfg, capacity, figures)
 

@@ -25,7 +25,8 @@ from kernelzoo.plots import efficiency_order
 from kernelzoo.stalls import RULE as STALL_RULE
 from kernelzoo.stalls import has_diagnostics, moved, stall_lines, stall_rates
 from kernelzoo.store import experiment_points, finished_points, read_sweep, trained_points
-from kernelzoo.style import bound, cell, natural, natural_key, plural
+from kernelzoo.style import bound, cell, natural, natural_key
+from kernelzoo.words import plural
 
 
 def observed(r) -> str:
@@ -334,8 +335,8 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                      "time counts the work redone after a stop once.")
     capped = runs[runs["status"] == "max_steps"]
     if len(capped):
-        lines.append(f"- {len(capped)} runs stopped at the step cap ({int(capped['steps'].max())} "
-                     "steps), not by the stopping rule: a failure there may be slow learning "
+        lines.append(f"- {plural(len(capped), 'run')} stopped at the step cap "
+                     f"({int(capped['steps'].max())} steps), not by the stopping rule: a failure there may be slow learning "
                      "rather than lack of capacity.")
     try:
         history = read_sweep(exp_dir)

@@ -46,11 +46,6 @@ def format_value(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def plural(n: int, noun: str) -> str:
-    """"1 point", "2 points": a count and its noun, plural unless the count is 1."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def cell(value, digits: int = 3) -> str:
     """A number as report tables show it (3 significant digits), "–" where there is none."""
     if value is None or pd.isna(value):

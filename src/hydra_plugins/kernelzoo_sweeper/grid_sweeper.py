@@ -32,6 +32,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from kernelzoo import config, files, interrupt, progress, store, tracking
+from kernelzoo.words import plural
 
 from .points import check_launcher, check_points, fail, override_key, override_value
 
@@ -131,9 +132,10 @@ class GridSweeper(BasicSweeper):
                 rounds = SearchRounds(self)
                 returns = rounds.run(points)
             else:
-                part = (f", grids {list(self.config.grids)}: {len(points)} of its {grid_points}"
-                        if self.config.grids is not None else f": {len(points)}")
-                print(f"sweep {self.config.experiment}{part} points, " +
+                part = (f", grids {list(self.config.grids)}: {len(points)} of its "
+                        f"{plural(grid_points, 'point')}" if self.config.grids is not None
+                        else f": {plural(len(points), 'point')}")
+                print(f"sweep {self.config.experiment}{part}, " +
                       ("a dry run: each is named below, done or to train" if self.config.dry_run
                        else f"{len(points) - len(todo)} already done"))
                 returns = self.launch(todo)

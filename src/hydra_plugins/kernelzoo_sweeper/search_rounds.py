@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from kernelzoo import files, store
 from kernelzoo.config import SearchConf
 from kernelzoo.search import Probe, Verdict, failing, make_spec, next_probes
+from kernelzoo.words import plural
 
 from .points import fail, override_key, override_value
 
@@ -124,7 +125,7 @@ class SearchRounds:
                 continue
             self.rounds += 1
             print(f"round {round_no}: {'planning' if self.config.dry_run else 'launching'} "
-                  f"{len(todo)} probes ({len(wanted) - len(todo)} read from the store)")
+                  f"{plural(len(todo), 'probe')} ({len(wanted) - len(todo)} read from the store)")
             todo.sort(key=lambda sp: -sp[1].n_keys)  # largest first: the slowest start first
             returns += self.sweeper.launch([s.point(p.n_keys) for s, p in todo],
                                            label=f"round {round_no}")
@@ -142,7 +143,7 @@ class SearchRounds:
         self._write(all_series)
         verdicts = Counter(s.verdict["outcome"] for s in all_series)
         print(f"search: {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items()))}; "
-              f"{self.rounds} round(s) launched, {self.total} probes")
+              f"{plural(self.rounds, 'round')} launched, {plural(self.total, 'probe')}")
         return returns
 
     def _next(self, series: Series) -> list:
