@@ -19,6 +19,8 @@ CPU = torch.device("cpu")
     {"case": "eval", "feature_map": "softmax", "n_keys": 10},
     {"case": "delta", "feature_map": "dpfp-1", "n_keys": 6},
     {"case": "delta_read", "feature_map": "dpfp-1", "n_keys": 6},
+    {"case": "fwm", "feature_map": "dpfp-1", "n_keys": 6},
+    {"case": "fwm_read", "feature_map": "dpfp-1", "n_keys": 6},
 ], ids=lambda r: f"{r['case']}-{r['feature_map']}")
 def test_run_row_has_every_column(row):
     out = bench.run_row(row, CPU, "wall", (50.0, 10.0), threads=1, memory_=False,
@@ -61,12 +63,12 @@ def test_sweep_targets_read_each_sweep_json(tmp_path):
     quick, figure2 = bench_report.sweep_targets(tmp_path)
     assert quick == f"`quick` sweep in at most 45 s: no sweep recorded in {tmp_path / 'quick'}"
     assert figure2 == ("`figure2` sweep in at most 75 min: NOT met (129 min for 240 trained points "
-                       "over 2 invocation(s) on a CPU)")
+                       "over 2 invocations on a CPU)")
     (tmp_path / "quick").mkdir()
     (tmp_path / "quick" / "sweep.json").write_text(json.dumps({"wall_seconds": 41.8, "invocations": [
         {"points": 32, "wall_seconds": 41.8}]}))
     assert bench_report.sweep_targets(tmp_path)[0] == ("`quick` sweep in at most 45 s: met (42 s "
-                                                       "for 32 trained points over 1 invocation(s) "
+                                                       "for 32 trained points over 1 invocation "
                                                        "on an unrecorded machine)")
 
 
@@ -74,7 +76,9 @@ def test_case_lists():
     full, quick = bench.cases(), bench.cases(quick=True)
     assert {"case": "train_step", "feature_map": "dpfp-3", "n_keys": 600} in quick
     assert any(r["case"] == "eval" for r in quick)
-    assert len(full) == len(bench.MAPS) * 7 + 2 + len(bench_pack.cases())
+    assert len(full) == len(bench.MAPS) * 7 + 4 + len(bench_pack.cases())  # + delta and fwm rows
+    assert {r["case"] for r in full if r["n_keys"] == 200 and r["feature_map"] == "dpfp-1"} == {
+        "train_step", "delta", "delta_read", "fwm", "fwm_read"}
     packed = [r for r in full if r["case"] == "packed"]
     assert {(r["feature_map"], r["n_keys"]) for r in packed} == {
         (fm, s) for fm in ("linear", "dpfp-2") for s in (20, 100, 300, 600)}

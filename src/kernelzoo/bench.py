@@ -14,6 +14,9 @@ parameters, data and optimiser, Adam with ``ADAM`` options):
 - ``delta``: a training step of Setting 2 (S 200, L 400) with the delta rule and DPFP-1, and
   ``delta_read``: the memory read alone (forward and backward), ``memory.read_reference`` (the
   sequential loop) against ``memory.read`` (parallel: one triangular solve here).
+- ``fwm`` and ``fwm_read``: the same with the fwm rule, whose renormalisation keeps a loop over
+  the writes: the literal loop over (B, d_v, D) states against ``fwm.state`` (chunked, a loop
+  over vectors, its backward written out).
 
 Time: best of repeats after a warm-up, the two sides taking turns within a per-side budget; on
 the CPU with one thread the clock is the thread's CPU time (robust to other processes on a
@@ -41,8 +44,10 @@ import time
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from . import bench_pack, bench_report, memory
+from .config import CONF
 from .feature_maps import build_feature_map
 from .model import RetrievalModel, retrieval_loss
 from .reference import reference_eval_forward, reference_forward
@@ -71,8 +76,16 @@ def cases(quick: bool = False) -> list[dict]:
     rows = [{"case": "train_step", "feature_map": fm, "n_keys": s}
             for fm in MAPS for s in (20, 100, 200, 400, 600)]
     rows += [{"case": "eval", "feature_map": fm, "n_keys": s} for fm in MAPS for s in (100, 600)]
-    rows += [{"case": c, "feature_map": "dpfp-1", "n_keys": 200} for c in ("delta", "delta_read")]
+    rows += [{"case": c, "feature_map": "dpfp-1", "n_keys": 200}
+             for c in ("delta", "delta_read", "fwm", "fwm_read")]
     return rows + bench_pack.cases()
+
+
+def memory_conf(case: str) -> dict:
+    """The memory's settings, as ``conf/memory/<update_rule>.yaml`` gives them, of a case:
+    delta and fwm cases use their rule (Setting 2), the others the sum rule."""
+    rule = case.split("_")[0] if case.startswith(("delta", "fwm")) else "sum"
+    return OmegaConf.to_container(OmegaConf.load(CONF / "memory" / f"{rule}.yaml"))
 
 
 def baseline_eval_sequences(n_keys: int) -> int:
@@ -83,12 +96,12 @@ def baseline_eval_sequences(n_keys: int) -> int:
 def setup(row: dict, side: str, device: torch.device):
     """A callable doing one unit of the row's work on one side, and the model it uses."""
     name, params = MAPS[row["feature_map"]]
-    S, delta = row["n_keys"], row["case"].startswith("delta")
+    S, mem = row["n_keys"], memory_conf(row["case"])
     torch.manual_seed(0)
     phi = build_feature_map(name, d_key=D_KEY, **params)
-    model = RetrievalModel(S, phi, "delta" if delta else "sum",
-                           "sum" if delta else "attention").to(device)
-    task = RetrievalTask(S, 2 * S if delta else S, S, delta, seed=0, device=device)
+    model = RetrievalModel(S, phi, **mem).to(device)
+    setting2 = mem["update_rule"] != "sum"
+    task = RetrievalTask(S, 2 * S if setting2 else S, S, setting2, seed=0, device=device)
     if row["case"] == "eval":
         model.eval()
         b = task.eval_batch(EVAL_SEQUENCES, EVAL_QUERIES)
@@ -106,13 +119,15 @@ def setup(row: dict, side: str, device: torch.device):
                     retrieval_loss(y, b.target[i:i + 1, q], b.mask[i:i + 1, q])
         return evaluation, model
     b = task.train_batch(BATCH)
-    if row["case"] == "delta_read":
+    if row["case"].endswith("_read"):
         k, q, beta = model.keys_and_query(b.keys, b.values, b.query)
         fk, fq = (model.phi(x).detach().requires_grad_() for x in (k, q))
         v = torch.nn.functional.one_hot(b.values, S).to(fk.dtype)
         beta = beta.detach().requires_grad_()
         read = memory.read if side == "kernelzoo" else memory.read_reference
-        kw = dict(update_rule="delta", normalisation="sum", beta=beta)
+        kw = dict(mem, beta=beta)
+        if side == "baseline":
+            del kw["chunk_size"]  # the literal loop has no chunks
         return lambda: read(fk, v, fq, **kw).square().sum().backward(), model
     forward = model if side == "kernelzoo" else (lambda *a: reference_forward(model, *a))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, **(ADAM if device.type != "mps" else {}))
@@ -173,9 +188,11 @@ def floor_ms(row: dict, model: RetrievalModel, gflops: float, gbs: float) -> flo
     the key table (and of the queries), FAVOR+'s projection of every key and query, the
     feature-space products phi(q).phi(k) (softmax: q.k); for the delta rule the Gram matrix
     K K^T, its gradient and the triangular solve of `memory._delta_read_direct`, and its
-    L x L system moved ~6 times. Bytes of a training step: Adam (read p, g, m, v; write p, m,
-    v, g) and the keys (B, L, d_key) written and read forwards and backwards. Not counted:
-    elementwise work (DPFP's products, FAVOR+'s exp), Python and framework overhead."""
+    L x L system moved ~6 times; for the fwm rule v_bar = W k and the update u k^T at every
+    write (B L D d_v multiply-adds each), forward and twice that backward. Bytes of a training
+    step: Adam (read p, g, m, v; write p, m, v, g) and the keys (B, L, d_key) written and read
+    forwards and backwards. Not counted: elementwise work (DPFP's products, FAVOR+'s exp),
+    Python and framework overhead."""
     S, d, case = row["n_keys"], D_KEY, row["case"]
     e, m = int(2 * S * 1.1), getattr(model.phi, "m", 0)
     D = d if math.isinf(model.phi.d_dot) else model.phi.d_dot
@@ -183,10 +200,11 @@ def floor_ms(row: dict, model: RetrievalModel, gflops: float, gbs: float) -> flo
         B, L, Q = EVAL_SEQUENCES, S, min(S, EVAL_QUERIES)
         flops = 4 * S * e * d + 2 * B * (L + Q) * d * m + 2 * B * L * Q * D
         return 1e3 * (flops / gflops + 2 * 4 * B * L * d / gbs) / 1e9
-    B, L = BATCH, 2 * S if case.startswith("delta") else S
-    if case.startswith("delta"):
-        flops, bytes_ = B * (4 * L * L * D + 3 * L * L), 6 * 4 * B * L * L
-        if case == "delta_read":
+    B, L = BATCH, 2 * S if case.startswith(("delta", "fwm")) else S
+    if case.startswith(("delta", "fwm")):
+        flops, bytes_ = ((B * (4 * L * L * D + 3 * L * L), 6 * 4 * B * L * L)
+                         if case.startswith("delta") else (3 * 2 * 2 * B * L * D * S, 0))
+        if case.endswith("_read"):
             return 1e3 * (flops / gflops + bytes_ / gbs) / 1e9
     else:
         flops, bytes_ = 3 * 2 * B * L * D, 0

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from . import bench_pack, files, store
+from .words import plural
 
 SWEEP_SECONDS = {"quick": 45, "figure2": 75 * 60}  # the issue's wall-time targets of whole sweeps
 COLUMNS = ["case", "feature_map", "n_keys", "d_dot", "baseline_ms", "kernelzoo_ms", "ratio",
@@ -59,6 +60,12 @@ NOTES = """\
   or more. Compilation fuses those passes: ~1.4-1.7x at every n_keys, more in packs at small
   n_keys, for 2-9 s per new shape in each process, which is why `trainer.compile=auto`
   compiles on CUDA only.
+- Rows `fwm` and `fwm_read` (DPFP-1, Setting 2, S 200, L 400; no target was set for them):
+  the literal loop updates the whole (B, d_v, D) state at every write and autograd keeps each
+  one; `fwm.state` (what `memory.read` uses from 8192 state entries) forms the state once per
+  chunk of `chunk_size` writes (16, `conf/memory/fwm.yaml`) and loops over (B, d_v) vectors in
+  between, its backward written out. Both stay far from the floor: a write is a sequential
+  step of small operations, so framework overhead sets the time.
 - Sweep wall times are read from each sweep's `sweep.json` (written by the sweeper, summed over
   its invocations; `--sweeps` names the results directory). figure2's stopping rule trains
   ~600k steps, most of the run time in points above capacity that train until the plateau rule
@@ -111,7 +118,7 @@ def sweep_targets(results: Path) -> list[str]:
         runs, wall = history["invocations"], float(history["wall_seconds"])
         trained = sum(map(store.trained_points, runs))
         out.append(f"{what}: {'met' if wall <= seconds else 'NOT met'} ({_duration(wall)} for "
-                   f"{trained} trained points over {len(runs)} invocation(s) on "
+                   f"{trained} trained points over {plural(len(runs), 'invocation')} on "
                    f"{runs[-1].get('machine', 'an unrecorded machine')})")
     return out
 
