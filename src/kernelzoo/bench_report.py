@@ -56,10 +56,11 @@ NOTES = """\
   (eager, or compiled by torch.compile: `compile`, with its first-step cost `compile_s`)
   against one run's eager step. On this CPU a pack pays only while its keys fit in cache
   (`pack.most_runs`: 8 runs at n_keys 20, 2 at 100, none from 129 at d_key 64); beyond that
-  every elementwise pass goes to memory and a pack of 8 or 32 costs as much as its runs alone
-  or more. Compilation fuses those passes: ~1.4-1.7x at every n_keys, more in packs at small
-  n_keys, for 2-9 s per new shape in each process, which is why `trainer.compile=auto`
-  compiles on CUDA only.
+  every elementwise pass goes to memory and a pack of 8 or 32 costs about as much as its runs
+  alone (0.8-1.3x). Compilation fuses those passes: one ELU+1 run 1.3-1.8x at every n_keys,
+  one DPFP-2 run 1.5x up to n_keys 100 and little or nothing from 300, more in packs at small
+  n_keys, for 3-12 s per new shape in each process (minutes for DPFP-2 packs), which is why
+  `trainer.compile=auto` compiles on CUDA only.
 - Rows `fwm` and `fwm_read` (DPFP-1, Setting 2, S 200, L 400; no target was set for them):
   the literal loop updates the whole (B, d_v, D) state at every write and autograd keeps each
   one; `fwm.state` (what `memory.read` uses from 8192 state entries) forms the state once per
@@ -69,9 +70,10 @@ NOTES = """\
 - Sweep wall times are read from each sweep's `sweep.json` (written by the sweeper, summed over
   its invocations; `--sweeps` names the results directory). figure2's stopping rule trains
   ~600k steps, most of the run time in points above capacity that train until the plateau rule
-  stops them: at this table's per-step costs that is about 3 hours of one core, so 60 minutes on
-  2 cores needs more per-step speed at n_keys >= 300 than the ~25-58% of the counted floor the
-  train step reaches there. More cores or a GPU (`scripts/gpu_check.sh`) is the way there.
+  stops them: at this table's per-step costs that is about 3 hours of one core; packed, it took
+  80 min on 2 cores, and 75 needs more per-step speed at n_keys >= 300 than the ~25-55% of the
+  counted floor the train step reaches there. More cores or a GPU (`scripts/gpu_check.sh`) is
+  the way there.
 """
 
 
