@@ -110,6 +110,7 @@ def interrupted_run(results: Path) -> bool:
 # ================================================================== SIGKILL and resume
 
 LOCAL2 = ["launcher=local", "hydra.launcher.n_jobs=2"]
+RUN_LINE = re.compile(r"^run \S+: ", re.M)  # a run has started training
 
 
 def test_kill_two_workers_once_then_resume(tmp_path, cli_env, background):
@@ -136,7 +137,8 @@ def test_kill_two_workers_at_random_moments(tmp_path, cli_env, background):
     """SIGKILL a 2-worker sweep 5 times at seeded random moments, resuming each time.
 
     Twice the smoke points (seeds 1, 2) with 20000-step runs (seconds each), so the work
-    outlasts the kills even on an idle machine.
+    outlasts the kills even on an idle machine. Each moment counts from the attempt's first
+    run line: on a busy machine the sweep's start alone can take 15 s.
     """
     rng = random.Random(20240607)
     results = tmp_path / "results"
@@ -145,7 +147,9 @@ def test_kill_two_workers_at_random_moments(tmp_path, cli_env, background):
     outputs, mid_run = [], 0
     for attempt in range(5):
         bg = background(args, cli_env, f"attempt{attempt}")
-        ended = bg.wait_for(lambda b: b.proc.poll() is not None, timeout=rng.uniform(4.0, 15.0))
+        started = bg.wait_for(lambda b: RUN_LINE.search(b.stdout), timeout=300)
+        assert started, f"no run started before kill {attempt + 1}:\n{bg.stdout}{bg.stderr}"
+        ended = bg.wait_for(lambda b: b.proc.poll() is not None, timeout=rng.uniform(0.5, 10.0))
         assert not ended, f"the sweep finished before kill {attempt + 1}:\n{bg.stdout}"
         bg.kill()
         outputs.append(bg.stdout)
