@@ -217,7 +217,7 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
 
     report = (exp / "report.md").read_text()
     for needle in ("zz-in-progress", "zz-corrupt/summary.json", "ELU+1, seed 3: n_keys 40",
-                   "d_dot unreachable", "Sweep wall clock: 4321 s (72.0 min) over 1 invocation(s): 4321 s for 60 points (50 trained).",
+                   "d_dot unreachable", "Sweep wall clock: 4321 s (72.0 min) over 1 invocation: 4321 s for 60 points (50 trained).",
                    "24,000 training steps (250 per second of run time).", "(partial sweep)", "Sweep machine: a CPU",
                    "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
                    "first failing n whose next grid point fails too", "![](loss_vs_keys.png)",
@@ -496,7 +496,7 @@ def test_sweep_lines_count_the_experiments_points_and_what_an_interruption_left_
          "outcomes": {"skipped": 1, "plateau": 3}, "launcher": "BasicLauncher",
          "machine": "a CPU"}]}
     lines = sweep_lines(history, 69)
-    assert lines[0] == ("- Sweep wall clock: 700 s (11.7 min) over 3 invocation(s): 600 s for 6 "
+    assert lines[0] == ("- Sweep wall clock: 700 s (11.7 min) over 3 invocations: 600 s for 6 "
                         "points (5 to train), interrupted by SIGTERM; 0 s for 5 points (5 to "
                         "train, 2 finished), interrupted by SIGINT; 100 s for 4 points of "
                         "grids [0] (3 trained).")

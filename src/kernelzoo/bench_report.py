@@ -86,7 +86,7 @@ def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
     lines = [
         "# kernelzoo benchmark", "",
         f"- machine: {store.cpu_model()}, {cores} cores{gpu}; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} thread(s), device {device}",
+        f"{plural(torch.get_num_threads(), 'thread')}, device {device}",
         f"- command: `{' '.join(['python -m kernelzoo.bench'] + sys.argv[1:])}` ({seconds:.0f} s)",
         f"- clock: {'thread CPU time' if clock == 'cpu' else 'wall time'}, best of repeats "
         f"after a warm-up; measured matmul {rates[0]:.0f} GFLOP/s, bandwidth {rates[1]:.1f} GB/s",

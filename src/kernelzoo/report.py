@@ -281,12 +281,12 @@ def sweep_lines(history: dict, n_runs: int) -> list[str]:
     parts = [f"{float(i['wall_seconds']):.0f} s for {plural(i['points'], 'point')}"
              + (f" of grids {i['grids']}" if "grids" in i else "")
              + _counted(i)
-             + (f" in {i['search']['rounds']} search rounds" if "search" in i else "")
+             + (f" in {plural(i['search']['rounds'], 'search round')}" if "search" in i else "")
              + (f", interrupted by {i['interrupted']}" if i.get("interrupted") else "")
              for i in history["invocations"]]
     lines = [f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s "
-             f"({float(history['wall_seconds']) / 60:.1f} min) over {len(parts)} "
-             f"invocation(s): {'; '.join(parts)}."]
+             f"({float(history['wall_seconds']) / 60:.1f} min) over "
+             f"{plural(len(parts), 'invocation')}: {'; '.join(parts)}."]
     grid = experiment_points(history)
     planned, what = (grid, "Points of the experiment") if grid is not None else \
         (max(i["points"] for i in history["invocations"]), "Points planned by the largest "

@@ -33,6 +33,7 @@ from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resol
 from .devices import check_memory, require, resolve_device
 from .pack import step_cost
 from .runner import Member, fit
+from .words import plural
 
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",
                                "checkpoint_minutes")}  # how, not what, is computed
@@ -217,7 +218,8 @@ def train_claimed(todo: list[Member], echo):
     pack = f", a pack of {len(todo)}" if len(todo) > 1 else ""
     finished: list[tuple[int, str, dict]] = []
     for m in todo:
-        header = f"run {m.rid}: {device}, {tr.threads} thread(s) of {cores} core(s){pack}"
+        header = (f"run {m.rid}: {device}, {plural(tr.threads, 'thread')} of "
+                  f"{plural(cores, 'core')}{pack}")
         echo(header)
         LOG.info(header)
         m.tracker = _tracker(m, echo)
