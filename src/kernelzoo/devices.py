@@ -39,7 +39,8 @@ def resolve_device(name: str) -> torch.device:
         n = torch.cuda.device_count()
         require(n > 0, f"trainer.device={name} but no CUDA device is available here; "
                       "valid: auto, cpu")
-        require((device.index or 0) < n, f"trainer.device={name} but only {plural(n, 'CUDA device')}; "
+        require((device.index or 0) < n, f"trainer.device={name} but only "
+                                        f"{plural(n, 'CUDA device')}; "
                                         f"valid: cuda:0 to cuda:{n - 1}, auto, cpu")
     if device.type == "mps":
         require(torch.backends.mps.is_available(),

@@ -336,8 +336,8 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     capped = runs[runs["status"] == "max_steps"]
     if len(capped):
         lines.append(f"- {plural(len(capped), 'run')} stopped at the step cap "
-                     f"({int(capped['steps'].max())} steps), not by the stopping rule: a failure there may be slow learning "
-                     "rather than lack of capacity.")
+                     f"({int(capped['steps'].max())} steps), not by the stopping rule: a failure "
+                     "there may be slow learning rather than lack of capacity.")
     try:
         history = read_sweep(exp_dir)
     except StoreError as err:
