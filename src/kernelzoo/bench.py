@@ -81,11 +81,14 @@ def cases(quick: bool = False) -> list[dict]:
     return rows + bench_pack.cases()
 
 
+def update_rule(case: str) -> str:
+    """A case's update rule: delta and fwm cases (Setting 2) name theirs, the others sum."""
+    return case.split("_")[0] if case.startswith(("delta", "fwm")) else "sum"
+
+
 def memory_conf(case: str) -> dict:
-    """The memory's settings, as ``conf/memory/<update_rule>.yaml`` gives them, of a case:
-    delta and fwm cases use their rule (Setting 2), the others the sum rule."""
-    rule = case.split("_")[0] if case.startswith(("delta", "fwm")) else "sum"
-    return OmegaConf.to_container(OmegaConf.load(CONF / "memory" / f"{rule}.yaml"))
+    """The memory's settings of a case, as ``conf/memory/<update_rule>.yaml`` gives them."""
+    return OmegaConf.to_container(OmegaConf.load(CONF / "memory" / f"{update_rule(case)}.yaml"))
 
 
 def baseline_eval_sequences(n_keys: int) -> int:
@@ -200,10 +203,11 @@ def floor_ms(row: dict, model: RetrievalModel, gflops: float, gbs: float) -> flo
         B, L, Q = EVAL_SEQUENCES, S, min(S, EVAL_QUERIES)
         flops = 4 * S * e * d + 2 * B * (L + Q) * d * m + 2 * B * L * Q * D
         return 1e3 * (flops / gflops + 2 * 4 * B * L * d / gbs) / 1e9
-    B, L = BATCH, 2 * S if case.startswith(("delta", "fwm")) else S
-    if case.startswith(("delta", "fwm")):
+    rule = update_rule(case)
+    B, L = BATCH, 2 * S if rule != "sum" else S
+    if rule != "sum":
         flops, bytes_ = ((B * (4 * L * L * D + 3 * L * L), 6 * 4 * B * L * L)
-                         if case.startswith("delta") else (3 * 2 * 2 * B * L * D * S, 0))
+                         if rule == "delta" else (3 * 2 * 2 * B * L * D * S, 0))
         if case.endswith("_read"):
             return 1e3 * (flops / gflops + bytes_ / gbs) / 1e9
     else:
