@@ -35,8 +35,8 @@ from .pack import step_cost
 from .runner import Member, fit
 from .words import plural
 
-NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",
-                               "checkpoint_minutes")}  # how, not what, is computed
+NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",  # how, not
+                               "checkpoint_minutes", "flush_denormal")}  # what, is computed
 
 
 if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached: one per sweep
@@ -245,8 +245,10 @@ def train_claimed(todo: list[Member], echo):
     try:
         with threadpool_limits(limits=tr.threads):  # torch's OpenMP pool and any BLAS alike
             torch.set_num_threads(tr.threads)
+            torch.set_flush_denormal(tr.flush_denormal)  # x86 and ARM CPUs; elsewhere a no-op
             fit(todo, done)
     finally:
+        torch.set_flush_denormal(False)  # the process default again
         for m in todo:
             if m.tracker is not None:  # stopped before its end: no summary
                 m.tracker.finish(1)
