@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from kernelzoo import store, tracking
+from kernelzoo import train as train_module
 from kernelzoo.config import CONF
-from kernelzoo.train import plan
+from kernelzoo.train import plan, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +47,7 @@ def test_elu_20_keys_converges_and_writes_a_complete_store_entry(tmp_path):
     assert summary["feature_map"] == "elu" and summary["d_dot"] == 64
     assert summary["predicted_capacity"] == 64 and summary["n_keys"] == 20
     assert summary["seq_len"] == 20 and summary["update_rule"] == "sum"
-    assert summary["steps"] % 100 == 0 and summary["steps"] == summary["steps"]
+    assert summary["steps"] % 100 == 0
     assert set(store.SUMMARY_KEYS) <= set(summary)
     assert path.name == summary["run_id"] and path.name.startswith("elu-dkey64-S20-sum-seed1-")
     lines = (path / "curve.csv").read_text().splitlines()
@@ -118,16 +120,35 @@ def test_unknown_key_is_an_error_not_ignored(tmp_path):
 def test_run_id_depends_on_the_experiment_not_on_logging_or_threads():
     base = ("feature_map=dpfp", "feature_map.nu=2", "n_keys=260")
     ids = {}
-    for extra in [(), ("logger=none",), ("trainer.threads=1",), ("trainer.progress=false",),
-                  ("seed=2",), ("trainer.lr=0.01",), ("feature_map.nu=3",)]:
+    how = [("logger=none",), ("trainer.threads=1",), ("trainer.progress=false",),
+           ("trainer.flush_denormal=false",)]
+    for extra in [(), *how, ("seed=2",), ("trainer.lr=0.01",), ("feature_map.nu=3",)]:
         p = plan(composed(*base, *extra))
         ids[extra] = store.run_id(p["identity"], {"nu": p["phi"].params["nu"]})
-    same = {ids[()], ids[("logger=none",)], ids[("trainer.threads=1",)],
-            ids[("trainer.progress=false",)]}
+    same = {ids[()], *(ids[extra] for extra in how)}
     assert len(same) == 1
     assert ids[()].startswith("dpfp-nu2-dkey64-S260-sum-seed1-")
     assert len({ids[()], ids[("seed=2",)], ids[("trainer.lr=0.01",)],
                 ids[("feature_map.nu=3",)]}) == 4
+
+
+@pytest.mark.skipif(not torch.set_flush_denormal(False), reason="a CPU without FTZ/DAZ")
+@pytest.mark.parametrize("flush", [True, False])
+def test_training_flushes_denormals_when_asked_and_then_restores_them(tmp_path, monkeypatch, flush):
+    seen, fit = [], train_module.fit
+
+    def spy(todo, done):
+        seen.append((torch.tensor([1e-39]) * 3).item())  # 3e-39 is a denormal float32
+        return fit(todo, done)
+
+    monkeypatch.setattr(train_module, "fit", spy)
+    cfg = composed("d_key=8", "n_keys=4", "logger=none", "trainer=smoke", "trainer.max_steps=50",
+                   "trainer.progress=false", f"trainer.flush_denormal={flush}",
+                   f"results_dir={tmp_path}")
+    (_, summary), = run(cfg, echo=lambda line: None)
+    assert summary["steps"] == 50
+    assert seen == ([0.0] if flush else [pytest.approx(3e-39, rel=1e-3)])
+    assert (torch.tensor([1e-39]) * 3).item() == pytest.approx(3e-39, rel=1e-3)  # restored
 
 
 def test_d_dot_resolves_the_feature_map_parameters():
