@@ -91,6 +91,7 @@ BAD_VALUES = [  # overrides, what the one line must name
     (["trainer.pack=0"], ["trainer.pack=0", "auto or an integer >= 1"]),
     (["trainer.pack=many"], ["trainer.pack=many", "auto or an integer >= 1"]),
     (["trainer.compile=fast"], ["trainer.compile=fast", "auto, true, false"]),
+    (["trainer.flush_denormal=yes"], ["trainer.flush_denormal=yes", "auto, true, false"]),
     (["task=update", "task.seq_len=0"], ["task.seq_len=0", ">= 1"]),
     (["task.seq_len=7", "n_keys=5"], ["task.seq_len=7", "n_keys=5", "Setting 1"]),
     (["trainer.nope=1"], ["trainer.nope=1", "no key 'nope'", "lr, batch_size"]),

@@ -133,8 +133,10 @@ def test_run_id_depends_on_the_experiment_not_on_logging_or_threads():
 
 
 @pytest.mark.skipif(not torch.set_flush_denormal(False), reason="a CPU without FTZ/DAZ")
-@pytest.mark.parametrize("flush", [True, False])
-def test_training_flushes_denormals_when_asked_and_then_restores_them(tmp_path, monkeypatch, flush):
+@pytest.mark.parametrize("setting, memory, flush", [("auto", "fwm", True), ("auto", "sum", False),
+                                                    ("true", "sum", True), ("false", "fwm", False)])
+def test_training_flushes_denormals_as_set_and_then_restores_them(tmp_path, monkeypatch, setting,
+                                                                   memory, flush):
     seen, fit = [], train_module.fit
 
     def spy(todo, done):
@@ -143,8 +145,8 @@ def test_training_flushes_denormals_when_asked_and_then_restores_them(tmp_path, 
 
     monkeypatch.setattr(train_module, "fit", spy)
     cfg = composed("d_key=8", "n_keys=4", "logger=none", "trainer=smoke", "trainer.max_steps=50",
-                   "trainer.progress=false", f"trainer.flush_denormal={flush}",
-                   f"results_dir={tmp_path}")
+                   "trainer.progress=false", f"trainer.flush_denormal={setting}",
+                   f"memory={memory}", f"results_dir={tmp_path}")
     (_, summary), = run(cfg, echo=lambda line: None)
     assert summary["steps"] == 50
     assert seen == ([0.0] if flush else [pytest.approx(3e-39, rel=1e-3)])

@@ -127,7 +127,8 @@ class TrainerConf:
     checkpoint_minutes: float | None = rule(10.0, "a number of minutes >= 0 (0: at every "
                                             "evaluation), or null (never)",
                                             lambda v: math.isfinite(v) and v >= 0)
-    flush_denormal: bool = True  # CPU: numbers below ~1e-38 become 0 (train.py, train_claimed)
+    flush_denormal: str = rule("auto", "auto, true, false (auto: for the fwm rule)",
+                               lambda v: v.lower() in ("auto", "true", "false"))
 
 
 @dataclass
