@@ -72,6 +72,12 @@ def one_of(default, *choices: str):
     return rule(default, ", ".join(choices), lambda v: v in choices)
 
 
+def switch(note: str = ""):
+    """auto, true or false (any case: YAML's booleans arrive as "True"/"False"), default auto."""
+    return rule("auto", "auto, true, false" + note,
+                lambda v: v.lower() in ("auto", "true", "false"))
+
+
 def is_name(value: str) -> bool:
     """One safe path component: letters, digits, '-', '_', '.'; not '.' or '..'; <= 100 chars."""
     return bool(NAME.fullmatch(value)) and value not in (".", "..")
@@ -120,15 +126,14 @@ class TrainerConf:
     device: str = rule("auto", "auto, cpu, cuda, cuda:N, mps", lambda v: bool(DEVICE.fullmatch(v)))
     dtype: str = one_of("float32", "float32", "float64")
     threads: int = count(1)  # torch and BLAS threads per run: runs are small, workers give parallelism
-    progress: str = rule("auto", "auto, true, false", lambda v: v.lower() in ("auto", "true", "false"))
+    progress: str = switch()
     pack: str = rule("auto", "auto or an integer >= 1 (most runs trained together, pack.py)",
                      lambda v: v == "auto" or (v.isdigit() and int(v) >= 1))
-    compile: str = rule("auto", "auto, true, false", lambda v: v.lower() in ("auto", "true", "false"))
+    compile: str = switch()
     checkpoint_minutes: float | None = rule(10.0, "a number of minutes >= 0 (0: at every "
                                             "evaluation), or null (never)",
                                             lambda v: math.isfinite(v) and v >= 0)
-    flush_denormal: str = rule("auto", "auto, true, false (auto: for the fwm rule)",
-                               lambda v: v.lower() in ("auto", "true", "false"))
+    flush_denormal: str = switch(" (auto: for the fwm rule)")
 
 
 @dataclass
