@@ -251,3 +251,18 @@ def test_packed_rows_time_the_pack_against_one_run_alone():
     assert 0 < out["kernelzoo_ms"] < 50 and 0 < out["baseline_ms"] < 50
     lines = bench_pack.targets([{**out, "pack": 8}])
     assert lines[0].startswith("packed engine as auto chooses (pack 8, eager) at n_keys 20 >= 3x: ")
+
+
+def test_packed_targets_summarise_compilation_per_feature_map():
+    """The compiled rows' gains and first-step costs are read from the rows, per feature map."""
+    def row(fm, s, pack, ratio, compile_s):
+        return {"case": "packed", "feature_map": fm, "n_keys": s, "pack": pack,
+                "compile": not math.isnan(compile_s), "ratio": ratio, "compile_s": compile_s}
+    rows = [row("linear", 20, 8, 2.5, math.nan), row("linear", 20, 1, 1.5, 4.0),
+            row("linear", 600, 1, 1.6, 5.0), row("linear", 600, 32, 0.8, 2.0),
+            row("dpfp-2", 20, 1, 1.9, 6.0), row("dpfp-2", 600, 32, 0.4, 382.0)]
+    lines = bench_pack.targets(rows)
+    assert lines[-2] == ("one run compiled (pack 1) against eager, n_keys 20-600: "
+                         "dpfp-2 1.9-1.9x, linear 1.5-1.6x")
+    assert lines[-1] == ("compilation (torch.compile, first step of a new shape): dpfp-2 6-382 s, "
+                         "linear 2-5 s per shape; dpfp-2 6-6 s, linear 4-5 s for one run")

@@ -122,8 +122,22 @@ def targets(rows: list[dict]) -> list[str]:
         out.append(f"best lever setting at n_keys {s}: " + ", ".join(
             f"{fm} {r['ratio']:.1f}x (pack {r['pack']}{', compiled' if r['compile'] else ''})"
             for fm, r in best.items()))
-    compiled = [r["compile_s"] for r in packed if r["compile"]]
+    alone = [r for r in packed if r["compile"] and r["pack"] == 1]
+    if alone:
+        out.append("one run compiled (pack 1) against eager, n_keys "
+                   f"{min(r['n_keys'] for r in alone)}-{max(r['n_keys'] for r in alone)}: "
+                   + _ranges(alone, "ratio", "{:.1f}-{:.1f}x"))
+    compiled = [r for r in packed if r["compile"]]
     if compiled:
-        out.append(f"compilation (torch.compile, first step of a new shape): "
-                   f"{min(compiled):.0f}-{max(compiled):.0f} s per shape")
+        out.append("compilation (torch.compile, first step of a new shape): "
+                   + _ranges(compiled, "compile_s", "{:.0f}-{:.0f} s") + " per shape"
+                   + (f"; {_ranges(alone, 'compile_s', '{:.0f}-{:.0f} s')} for one run" if alone else ""))
     return out
+
+
+def _ranges(rows: list[dict], key: str, fmt: str) -> str:
+    """Each feature map's lowest and highest ``key`` over rows, formatted with fmt."""
+    maps = sorted({r["feature_map"] for r in rows})
+    return ", ".join(f"{fm} " + fmt.format(min(r[key] for r in rows if r["feature_map"] == fm),
+                                           max(r[key] for r in rows if r["feature_map"] == fm))
+                     for fm in maps)

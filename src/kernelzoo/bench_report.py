@@ -54,13 +54,15 @@ NOTES = """\
   overhead are not in the floor, so small rows sit far below 100%.
 - Rows with case `packed` (`bench_pack.py`): per run-step, a pack of `pack` runs of one n_keys
   (eager, or compiled by torch.compile: `compile`, with its first-step cost `compile_s`)
-  against one run's eager step. On this CPU a pack pays only while its keys fit in cache
+  against one run's eager step. On the CPU a pack pays only while its keys fit in cache
   (`pack.most_runs`: 8 runs at n_keys 20, 2 at 100, none from 129 at d_key 64); beyond that
-  every elementwise pass goes to memory and a pack of 8 or 32 costs about as much as its runs
-  alone (0.8-1.3x). Compilation fuses those passes: one ELU+1 run 1.3-1.8x at every n_keys,
-  one DPFP-2 run 1.5x up to n_keys 100 and little or nothing from 300, more in packs at small
-  n_keys, for 3-12 s per new shape in each process (minutes for DPFP-2 packs), which is why
-  `trainer.compile=auto` compiles on CUDA only.
+  every elementwise pass goes to memory and an eager pack of 8 or 32 costs as much as its runs
+  alone or more. Compilation fuses those passes (one run compiled: see Targets), but its cost
+  grows with the pack (minutes for DPFP-2 packs of 32 from n_keys 300 and of 8 at 600, which
+  then ran slower than their runs alone eager) and is paid per new shape in every worker, and
+  what a compiled run gains differs between CPUs (one DPFP-2 run from n_keys 300: ~1x on an
+  AMD EPYC, 1.7-1.8x on an Intel Xeon), which is why `trainer.compile=auto` compiles on CUDA
+  only.
 - Rows `fwm` and `fwm_read` (DPFP-1, Setting 2, S 200, L 400; no target was set for them):
   the literal loop updates the whole (B, d_v, D) state at every write and autograd keeps each
   one; `fwm.state` (what `memory.read` uses from 8192 state entries) forms the state once per
