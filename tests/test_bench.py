@@ -196,6 +196,20 @@ def test_exp_where_float32_underflows():
     assert torch.equal(random_features._exp(same), same.exp())
 
 
+def test_exp_compiles_whole_and_agrees_with_eager():
+    """Under trainer.compile the underflow test would break FAVOR+'s graph (a bool of a
+    tensor); fullgraph=True fails on any break. Values and gradients as eager's, within 2 ulp."""
+    x = torch.cat([torch.linspace(-300.0, 20.0, 1001), torch.linspace(-3.0, 3.0, 101)])
+    compiled = torch.compile(random_features._exp, fullgraph=True)
+    for y in (x, x[-101:]):  # with and without underflowing entries
+        y = y.clone().requires_grad_()
+        out = compiled(y)
+        (grad,) = torch.autograd.grad(out.sum(), y)
+        eager, ulps = random_features._exp(y.detach()), dict(rtol=3 * 2.0**-23, atol=4 * 2.0**-149)
+        torch.testing.assert_close(out.detach(), eager, **ulps)
+        torch.testing.assert_close(grad, eager, **ulps)  # exp' = exp
+
+
 def test_elu_plus_one_and_its_derivative():
     x = torch.cat([torch.linspace(-30, 30, 1001, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)])
     fast = _value_and_grads(fm.Elu(1).fn, x)

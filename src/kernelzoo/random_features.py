@@ -263,9 +263,12 @@ def _exp(x):
     """torch.exp(x), but also fast on the CPU where x has entries below -87: float32's vector
     exp kernel takes a 15-50x slower path for results that underflow to subnormals or 0, which
     is where unscaled FAVOR+ logits mostly lie at large n_keys (task-spec quirks). There it is
-    computed as exp(x / 2)^2 (_UnderflowExp): within 2 ulp of exp(x), and 0 where exp(x) is."""
+    computed as exp(x / 2)^2 (_UnderflowExp): within 2 ulp of exp(x), and 0 where exp(x) is.
+    A compiled step (trainer.compile) takes that form always: the test on x would break its graph."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or x.numel() == 0:
         return torch.exp(x)
+    if torch.compiler.is_compiling():
+        return _UnderflowExp.apply(x)
     with torch.no_grad():
         fast = bool(x.amin() > -87.0)
     return torch.exp(x) if fast else _UnderflowExp.apply(x)
