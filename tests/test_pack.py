@@ -143,13 +143,15 @@ def test_the_smoke_sweep_packed_and_alone_gives_the_same_runs(smoke_results, tmp
             assert packed[rid]["final_eval_loss"] == pytest.approx(s["final_eval_loss"], rel=1e-4)
 
 
-@pytest.mark.parametrize("rule", ["sum", "fwm"])
+@pytest.mark.parametrize("rule", ["sum", "fwm", "favor"])
 def test_compiled_and_eager_steps_agree(tmp_path, rule):
     """trainer.compile=true (torch.compile of the pack's step) against eager, float64, a
     mixed pack: the same curves within 1e-6. fwm: its state (fwm.state, 16384 entries here) is
-    left out of the compiled graph, so the step compiles in seconds, not never."""
+    left out of the compiled graph, so the step compiles in seconds, not never; so are FAVOR+'s
+    key scores (random_features._favor_key_scores), with the redrawn projections in the graph."""
     point, member = {"sum": (["feature_map=dpfp", "n_keys=8"], (6, 2)),
-                     "fwm": ([*CASES["fwm"], "n_keys=16"], (12, 2))}[rule]
+                     "fwm": ([*CASES["fwm"], "n_keys=16"], (12, 2)),
+                     "favor": ([*CASES["favor_redrawn"], "n_keys=8"], (6, 2))}[rule]
     point = [*point, "trainer.dtype=float64", "trainer.max_steps=100"]
     eager = train(tmp_path / "eager", [*point, "trainer.compile=false"], members=[member])
     train(tmp_path / "compiled", [*point, "trainer.compile=true"], members=[member])

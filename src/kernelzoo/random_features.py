@@ -256,7 +256,14 @@ class Favor(_RandomFeatures):
         n_keys and m, and one pass each over them costs more than the exps."""
         if normalise:
             return super().scores(k, q, normalise, eps, key_eps)
-        return _FavorKeyScores.apply(k, self(q, is_query=True), self)
+        return _favor_key_scores(k, self(q, is_query=True), self)
+
+
+@torch.compiler.disable
+def _favor_key_scores(k, fq, phi):
+    """_FavorKeyScores, eager inside a compiled step (trainer.compile): traced, its loop over
+    batch slices is unrolled and compiled again for each n_keys."""
+    return _FavorKeyScores.apply(k, fq, phi)
 
 
 def _exp(x):
