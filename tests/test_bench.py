@@ -34,7 +34,7 @@ def test_run_row_has_every_column(row):
 
 @pytest.mark.skipif(not torch.set_flush_denormal(False), reason="a CPU without FTZ/DAZ")
 @pytest.mark.parametrize("case, flush", [("fwm", True), ("fwm_read", True), ("delta", False),
-                                         ("train_step", False)])
+                                         ("train_step", True), ("eval", False)])
 def test_rows_flush_denormals_as_training_does_and_then_restore_them(monkeypatch, case, flush):
     seen, best_ms = [], bench.best_ms
 
@@ -68,7 +68,7 @@ def test_csv_and_markdown(tmp_path):
     bench_report.write_markdown(rows, tmp_path / "bench.md", CPU, "cpu", (50.0, 10.0), 1.0, lines)
     text = (tmp_path / "bench.md").read_text()
     assert "| train_step | linear | 10 | 64 |" in text and "GFLOP/s" in text
-    assert "denormal floats flushed to 0 in the fwm rows" in text
+    assert "denormal floats flushed to 0 as training flushes them" in text
     assert "\n- train step, every map at n_keys 10 >= 3x: " in text
     assert "\n- sweep line\n" in text
 

@@ -10,9 +10,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from kernelzoo import store, tracking
+from kernelzoo import runner, store, tracking
 from kernelzoo import train as train_module
 from kernelzoo.config import CONF
+from kernelzoo.feature_maps import build_feature_map
+from kernelzoo.model import RetrievalModel
+from kernelzoo.pack import Pack
+from kernelzoo.task import RetrievalTask
 from kernelzoo.train import plan, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,25 +136,73 @@ def test_run_id_depends_on_the_experiment_not_on_logging_or_threads():
                 ids[("feature_map.nu=3",)]}) == 4
 
 
+def _flushes() -> bool:
+    return (torch.tensor([1e-39]) * 3).item() == 0.0  # 3e-39 is a denormal float32
+
+
 @pytest.mark.skipif(not torch.set_flush_denormal(False), reason="a CPU without FTZ/DAZ")
-@pytest.mark.parametrize("setting, memory, flush", [("auto", "fwm", True), ("auto", "sum", False),
-                                                    ("true", "sum", True), ("false", "fwm", False)])
+@pytest.mark.parametrize("setting, memory, steps, evaluations", [
+    ("auto", "fwm", True, True), ("auto", "sum", True, False), ("auto", "delta", False, False),
+    ("auto", "sum memory.normalisation=sum", False, False), ("true", "delta", True, True),
+    ("false", "fwm", False, False)])
 def test_training_flushes_denormals_as_set_and_then_restores_them(tmp_path, monkeypatch, setting,
-                                                                   memory, flush):
-    seen, fit = [], train_module.fit
+                                                                   memory, steps, evaluations):
+    seen = {"steps": set(), "evaluations": set()}
+    losses, evaluate = runner.Pack.losses, runner.evaluate
 
-    def spy(todo, done):
-        seen.append((torch.tensor([1e-39]) * 3).item())  # 3e-39 is a denormal float32
-        return fit(todo, done)
+    def in_step(*args, **kwargs):
+        seen["steps"].add(_flushes())
+        return losses(*args, **kwargs)
 
-    monkeypatch.setattr(train_module, "fit", spy)
+    def in_evaluation(*args, **kwargs):
+        seen["evaluations"].add(_flushes())
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(runner.Pack, "losses", in_step)
+    monkeypatch.setattr(runner, "evaluate", in_evaluation)
+    rule, *more = memory.split()
     cfg = composed("d_key=8", "n_keys=4", "logger=none", "trainer=smoke", "trainer.max_steps=50",
                    "trainer.progress=false", f"trainer.flush_denormal={setting}",
-                   f"memory={memory}", f"results_dir={tmp_path}")
+                   f"memory={rule}", *more, f"results_dir={tmp_path}")
     (_, summary), = run(cfg, echo=lambda line: None)
     assert summary["steps"] == 50
-    assert seen == ([0.0] if flush else [pytest.approx(3e-39, rel=1e-3)])
-    assert (torch.tensor([1e-39]) * 3).item() == pytest.approx(3e-39, rel=1e-3)  # restored
+    assert seen == {"steps": {steps}, "evaluations": {evaluations}}
+    assert not _flushes()  # restored
+
+
+@pytest.mark.skipif(not torch.set_flush_denormal(False), reason="a CPU without FTZ/DAZ")
+def test_flushed_sum_rule_steps_train_bit_identical_parameters():
+    """trainer.flush_denormal=auto flushes the sum rule's training steps (devices.py): where
+    FAVOR+'s exp features underflow to denormals (m 128 at 100 keys), the parameters trained
+    flushed and not are bit-identical."""
+    def pack_and_task():
+        torch.manual_seed(1)
+        phi = build_feature_map("favor", d_key=64, m=128, variant="hyperbolic")
+        phi.use_generator(torch.Generator().manual_seed(2))
+        return Pack([RetrievalModel(100, phi)]), RetrievalTask(100, 100, 100, False, 1, "cpu")
+
+    pack, task = pack_and_task()
+    batch = task.train_batch(32)
+    features = pack.models[0].phi(pack.models[0].keys_and_query(batch.keys, batch.values,
+                                                                batch.query)[0])
+    assert ((features > 0) & (features < torch.finfo(torch.float32).tiny)).any()
+
+    def train(flush: bool):
+        pack, task = pack_and_task()
+        opt = torch.optim.Adam(pack.parameters(), lr=1e-3, fused=True)
+        torch.set_flush_denormal(flush)
+        try:
+            for _ in range(40):
+                losses = pack.losses([task.train_batch(32)])
+                opt.zero_grad(set_to_none=True)
+                losses.sum().backward()
+                opt.step()
+        finally:
+            torch.set_flush_denormal(False)
+        return {n: p.detach() for n, p in pack.params.items()}
+
+    flushed, kept = train(True), train(False)
+    assert all(torch.equal(flushed[n], kept[n]) for n in kept)
 
 
 def test_d_dot_resolves_the_feature_map_parameters():

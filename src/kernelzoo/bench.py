@@ -21,8 +21,9 @@ parameters, data and optimiser, Adam with ``ADAM`` options):
 Time: best of repeats after a warm-up, the two sides taking turns within a per-side budget; on
 the CPU with one thread the clock is the thread's CPU time (robust to other processes on a
 shared machine), else wall time (``torch.cuda.synchronize`` on cuda). Both sides of a row run
-with denormal floats flushed as training would run them (``trainer.flush_denormal=auto``: the fwm
-rows flushed, the others not). Peak memory: each (case, side) runs once
+with denormal floats flushed as training would run them (``trainer.flush_denormal=auto``: the
+training steps of the sum rule and everything of the fwm rule flushed; evaluations and the delta
+rule not). Peak memory: each (case, side) runs once
 in a fresh subprocess that reports the rise of its peak resident set size (``getrusage`` /
 VmHWM, reset through /proc/self/clear_refs where allowed) over its size before the step, or
 ``torch.cuda.max_memory_allocated`` on cuda (in process); only for the largest n_keys of each
@@ -283,8 +284,11 @@ def run_row(row: dict, device: torch.device, clock: str, rates, threads: int, me
             budget_s: float = 1.2, max_repeats: int = 200) -> dict:
     """One CSV row: both sides timed (and their peak memory measured when memory_), with
     denormal floats flushed as the trainer's default flushes them (``trainer.flush_denormal``
-    auto: for the fwm rule)."""
-    torch.set_flush_denormal(flushes_denormals("auto", update_rule(row["case"])))
+    auto): the rows of training steps as its steps, ``eval`` and ``*_read`` rows as the rest."""
+    memory = memory_conf(row["case"])
+    training = row["case"] != "eval" and not row["case"].endswith("_read")
+    torch.set_flush_denormal(flushes_denormals("auto", memory["update_rule"],
+                                               memory["normalisation"], training))
     try:
         if row["case"] == "packed":
             return bench_pack.run_row(row, device, clock, best_ms, budget_s)

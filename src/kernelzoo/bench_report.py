@@ -92,8 +92,8 @@ def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
         f"- command: `{' '.join(['python -m kernelzoo.bench'] + sys.argv[1:])}` ({seconds:.0f} s)",
         f"- clock: {'thread CPU time' if clock == 'cpu' else 'wall time'}, best of repeats "
         f"after a warm-up; measured matmul {rates[0]:.0f} GFLOP/s, bandwidth {rates[1]:.1f} GB/s; "
-        "denormal floats flushed to 0 in the fwm rows, as training flushes them "
-        "(`trainer.flush_denormal=auto`)",
+        "denormal floats flushed to 0 as training flushes them (`trainer.flush_denormal=auto`): "
+        "in the rows of sum-rule training steps (train_step, packed) and the fwm rows",
         "- peak memory: rise of the peak RSS over one unit of work (a step, an evaluation) in a "
         "fresh subprocess (cuda: max_memory_allocated, in process); empty where not measured", "",
         "| " + " | ".join(COLUMNS + ["floor/kernelzoo"]) + " |",

@@ -133,7 +133,7 @@ class TrainerConf:
     checkpoint_minutes: float | None = rule(10.0, "a number of minutes >= 0 (0: at every "
                                             "evaluation), or null (never)",
                                             lambda v: math.isfinite(v) and v >= 0)
-    flush_denormal: str = switch(" (auto: for the fwm rule)")
+    flush_denormal: str = switch(" (auto: the fwm rule, and the sum rule's training steps)")
 
 
 @dataclass

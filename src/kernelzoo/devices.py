@@ -3,8 +3,8 @@
 ``resolve_device`` turns the config's name into a torch device this machine has (or a
 UsageError naming what it has); ``check_memory`` refuses, before any training, a run whose
 estimated peak memory (``model.footprint``) exceeds the device's, saying how many keys would fit;
-``flushes_denormals`` says whether a run's CPU arithmetic flushes denormal floats (the trainer and
-``make bench`` alike).
+``flushes_denormals`` says whether a run's CPU arithmetic flushes denormal floats, in its training
+steps and in its evaluations (the trainer and ``make bench`` alike).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 
 from . import config
 from .config import UsageError
+from .memory import divides_by_feature_sum
 from .model import footprint
 from .words import plural
 
@@ -90,12 +91,28 @@ def check_memory(c: config.Config, phi, device, seq_len: int, eval_seq_len: int)
     raise UsageError(f"n_keys={c.n_keys} {estimate}; valid: n_keys <= {low} here")
 
 
-def flushes_denormals(setting: str, update_rule: str) -> bool:
-    """Whether ``trainer.flush_denormal`` has a pack's CPU arithmetic flush denormal floats to 0.
-    ``auto`` does for the fwm rule: each write takes its key's direction out of the state and
-    divides by the norm, so entries of values not written again decay below 1e-38 beside entries
-    near 1, and kept they slowed a step 2.8-3.3x on an Intel Xeon (README, Where to run); the
-    delta and sum rules ran as fast either way. They keep IEEE gradual underflow, under which a
-    small feature is part of what a run measures: FAVOR+'s exp features reach 1e-43 before its
-    delta-rule runs divide 0 by 0 (results/reference/figure3)."""
-    return setting == "true" or (setting == "auto" and update_rule == "fwm")
+def flushes_denormals(setting: str, update_rule: str, normalisation: str, training: bool) -> bool:
+    """Whether ``trainer.flush_denormal`` has a pack's CPU arithmetic flush denormal floats to 0,
+    in its training steps (``training``) or else (evaluations, diagnostics).
+
+    ``auto`` flushes
+
+    - the fwm rule, always: each write takes its key's direction out of the state and divides
+      by the norm, so entries of values not written again decay below 1e-38 beside entries near
+      1, and kept they slowed a step 2.8-3.3x on an Intel Xeon (README, Where to run);
+    - the sum rule's training steps, unless keys are sum-normalised: FAVOR+'s exp features
+      underflow there at every n_keys, and kept they slowed its steps up to 4x on an Intel
+      Xeon (m = 512 at 60 keys). There a denormal is added to larger terms, divided by a
+      denominator holding eps, or moves a parameter by far less than its last bit: trained
+      parameters were bit-identical flushed and not (FAVOR+, ELU+1, DPFP-2, softmax, hedgehog;
+      tests/test_train.py). Evaluations keep IEEE gradual underflow: outputs that small still
+      rank the values for accuracy.
+
+    The delta rule and sum normalisation keep IEEE gradual underflow: there a number that small
+    is part of what a run measures (a sum-normalised key of underflowed features is 0 / 0 when
+    flushed; FAVOR+'s exp features reach 1e-43 before its delta-rule runs divide 0 by 0,
+    results/reference/figure3)."""
+    if setting != "auto":
+        return setting == "true"
+    return update_rule == "fwm" or (training and update_rule == "sum"
+                                    and not divides_by_feature_sum(update_rule, normalisation))

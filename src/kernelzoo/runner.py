@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from . import checkpoint, diagnostics, files, store, tracking
 from .config import TrainerConf
+from .devices import flushes_denormals
 from .model import RetrievalModel, retrieval_loss
 from .pack import Pack, compiles
 from .task import RetrievalTask
@@ -234,8 +235,13 @@ def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
 
 
 def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
-    tr = members[0].plan["trainer"]
+    tr, mem = members[0].plan["trainer"], members[0].plan["memory"]
     dtype = getattr(torch, tr.dtype)
+    # denormal floats flushed in the training steps and elsewhere as trainer.flush_denormal says
+    # (x86 and ARM CPUs; elsewhere a no-op); the caller restores the default
+    flush = {training: flushes_denormals(tr.flush_denormal.lower(), mem.update_rule,
+                                         mem.normalisation, training) for training in (True, False)}
+    torch.set_flush_denormal(flush[False])
     for m in members:
         m.started = time.perf_counter()
     runs = [_Run(m, dtype) for m in members]
@@ -254,6 +260,7 @@ def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
         m.checkpoint = None  # restored: its memory is free
     window = torch.zeros(len(runs), tr.eval_every, device=device, dtype=dtype)
     t_window = saved = time.perf_counter()
+    torch.set_flush_denormal(flush[True])
     try:
         while runs and step < tr.max_steps:
             step += 1
@@ -264,6 +271,7 @@ def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
             window[:, (step - 1) % tr.eval_every] = losses.detach()
             if step % tr.eval_every and step < tr.max_steps:
                 continue
+            torch.set_flush_denormal(flush[False])
             n = (step - 1) % tr.eval_every + 1
             seconds = time.perf_counter() - t_window
             rows = window[:len(runs), :n].tolist()  # one device sync per evaluation
@@ -284,6 +292,7 @@ def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
                 for i, run in enumerate(runs):
                     checkpoint.write(run.m.path, {**run.state(), "adam": pack.adam_state(i, opt)})
                 saved = time.perf_counter()
+            torch.set_flush_denormal(flush[True])
             t_window = time.perf_counter()
     finally:
         for run in runs:  # interrupted: close what is open, write no summary

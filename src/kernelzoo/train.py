@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 from . import __version__, checkpoint, config, files, interrupt, progress, store, tracking
 from .config import UsageError
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
-from .devices import check_memory, flushes_denormals, require, resolve_device
+from .devices import check_memory, require, resolve_device
 from .pack import step_cost
 from .runner import Member, fit
 from .words import plural
@@ -245,11 +245,9 @@ def train_claimed(todo: list[Member], echo):
     try:
         with threadpool_limits(limits=tr.threads):  # torch's OpenMP pool and any BLAS alike
             torch.set_num_threads(tr.threads)
-            torch.set_flush_denormal(  # x86 and ARM CPUs; elsewhere a no-op
-                flushes_denormals(tr.flush_denormal.lower(), todo[0].cfg.memory.update_rule))
             fit(todo, done)
     finally:
-        torch.set_flush_denormal(False)  # the process default again
+        torch.set_flush_denormal(False)  # the process default again (fit flushes as set)
         for m in todo:
             if m.tracker is not None:  # stopped before its end: no summary
                 m.tracker.finish(1)
