@@ -83,10 +83,10 @@ def test_published_column_is_the_rule_over_the_published_losses(analysed):
     scaled = table.loc["FAVOR+ performer m=64"]  # not the authors' FAVOR+
     assert pd.isna(scaled["published_capacity"]) and pd.isna(scaled["published_outcome"])
     report = (exp / "report.md").read_text()
-    assert "| observed | published | first failure |" in report
-    assert (f"| ELU+1 | 64 | 64 | 1 seed | {table.loc['ELU+1', 'observed_capacity']:.3g} "
-            f"(between 60 and 80) | {published_failure('linear'):.3g} | 80 |") in report
-    assert "| FAVOR+ performer m=64 | 128 | 128 | 1 seed | <= 20 | – |" in report
+    assert "| loss view | published (loss) | rank bound |" in report
+    assert (f"| ELU+1 | 64 | 1 | {table.loc['ELU+1', 'observed_capacity']:.3g} "
+            f"(between 60 and 80) | {published_failure('linear'):.3g} | 65 |") in report
+    assert "| FAVOR+ performer m=64 | 128 | 1 | <= 20 | – | 131 |" in report
 
 
 def test_no_published_column_where_no_configuration_is_the_authors(tmp_path):
@@ -102,7 +102,8 @@ def test_no_published_column_where_no_configuration_is_the_authors(tmp_path):
 def test_every_figure_is_written_as_png_and_svg(analysed):
     exp, _, _ = analysed
     pngs = sorted(p.name for p in exp.glob("*.png"))
-    assert pngs == ["accuracy_vs_keys.png", "capacity_efficiency.png", "curves.png",
+    assert pngs == ["accuracy_vs_keys.png", "capacity_efficiency.png", "capacity_scaling.png",
+                    "curves.png",
                     "heatmap_dpfp.png", "loss_vs_keys.png",
                     "observed_vs_predicted.png"]
     for png in pngs:
@@ -114,17 +115,21 @@ def test_every_figure_is_written_as_png_and_svg(analysed):
     assert "heatmap_favor: left out, as no cell passes" in report
 
 
-def test_no_family_at_three_d_dot_values_no_scaling_figure_nor_section(analysed):
+def test_no_family_at_three_d_dot_values_has_ratios_but_no_law(analysed):
     """DPFP-1 and -2 at d_key 64 are one family at 2 d_dot values, ELU+1 one at 1; the FAVOR+
-    configurations fail everywhere (no failure point): scaling.csv has rows but no fit."""
+    configurations fail everywhere (no failure point): scaling.csv has rows but no law, the
+    report and the figure show DPFP's ratios per level."""
     exp, _, _ = analysed
     table = pd.read_csv(exp / "scaling.csv")
-    assert table[["family", "d_dot"]].values.tolist() == [["DPFP d_key=64", 128],
-                                                           ["DPFP d_key=64", 256], ["ELU+1", 64]]
+    loss = table[table["view"] == "loss"]
+    assert loss[["family", "d_dot"]].values.tolist() == [["DPFP d_key=64", 128],
+                                                         ["DPFP d_key=64", 256], ["ELU+1", 64]]
+    assert set(table["view"]) == {"loss", "accuracy", "keys_retrieved"}
     assert table["b"].isna().all()
     report = (exp / "report.md").read_text()
-    assert "capacity_scaling: left out, as no family has failure points at 3 or more" in report
-    assert "## Capacity against d_dot" not in report
+    assert "## Capacity against d_dot, per view" in report
+    assert "| DPFP d_key=64 | loss | 2 | – | – | not fitted | 128: " in report
+    assert (exp / "capacity_scaling.png").stat().st_size > 0
 
 
 def draw_loss(runs, capacity, points=None):
@@ -144,11 +149,16 @@ def test_loss_vs_keys_legend_markers_and_lines(analysed):
                           "FAVOR+ performer m=64", "softmax"]
     assert any(lab.startswith("published (Schlag et al. 2021)") for lab in labels)
     assert any("step cap" in lab for lab in labels)
-    # d_dot 64, 128 (DPFP-1 and two FAVOR+ m=64), 256 (DPFP-2, FAVOR+ m=128); 1024 is off the axis
+    # d_dot 64, 128 (DPFP-1 and two FAVOR+ m=64); 256 and 1024 lie beyond the store's 140 keys
     assert plots.capacity_lines(capacity)[128] == ["DPFP-1", "FAVOR+ input_scale=1 m=64",
                                                    "FAVOR+ performer m=64"]
     lines = [line for line in ax.get_lines() if line.get_gid() == "capacity"]
-    assert sorted(line.get_xdata()[0] for line in lines) == [64, 128, 256]
+    assert sorted(line.get_xdata()[0] for line in lines) == [64, 128]
+    assert "d_dot beyond the axis: DPFP-2, FAVOR+ input_scale=1 m=128 at 256" in ax.get_xlabel()
+    assert ax.get_xlim()[1] == pytest.approx(140 * 1.05)
+    # the rank bound's loss floor of each bounded configuration, as far as its keys go
+    floors = [line for line in ax.get_lines() if line.get_gid() == "rank-floor"]
+    assert len(floors) >= 1 and any("rank bound" in lab for lab in labels)
     stars = sorted((line.get_xdata()[0], line.get_ydata()[0])
                    for line in ax.get_lines() if line.get_gid() == "failure-point")
     fails_at = capacity[capacity["outcome"] == "fails_at"]["observed_capacity"]
@@ -178,9 +188,12 @@ def test_heatmap_helpers():
 def test_capacity_efficiency_ranks_failure_point_per_d_dot(analysed):
     exp, _, _ = analysed
     capacity = pd.read_csv(exp / "capacity.csv")
-    ranked = plots.efficiency_order(capacity)
-    assert list(ranked["ratio"]) == sorted(ranked["ratio"], reverse=True)
-    assert (ranked["efficiency_low"] <= ranked["ratio"]).all()
+    for view, ratio in (("loss", "ratio"), ("accuracy", "ratio_acc")):
+        ranked = plots.efficiency_order(capacity, view)
+        assert list(ranked[ratio]) == sorted(ranked[ratio], reverse=True)
+        assert (ranked["efficiency_low"] <= ranked[ratio] + 1e-12).all()
     report = (exp / "report.md").read_text()
-    assert "## Capacity efficiency (failure point / d_dot)" in report
-    assert f"| 1 | {ranked['label'].iloc[0]} |" in report
+    assert "## Capacity efficiency (failure point / d_dot), per view" in report
+    first = plots.efficiency_order(capacity, "accuracy")["label"].iloc[0]  # the headline view
+    assert any(line.startswith(f"| {first} | ") and "| 1: " in line
+               for line in report.splitlines())

@@ -38,7 +38,8 @@ import pandas as pd
 from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import config, plots, prediction, published, scaling, stalls, tracking
+from kernelzoo import (config, plots, prediction, published, rank_bound, scaling, stalls,
+                       tracking)
 from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
@@ -82,8 +83,12 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
                 task = cfg.get("task") or {}  # update_rules counts the distinct keys evaluated
                 _, eval_len = config.sequence_lengths(row["n_keys"], bool(task.get("replacement")),
                                                       task.get("seq_len"), task.get("eval_seq_len"))
+                trainer = cfg.get("trainer") or {}
                 rows.append({**row, "lr": "" if lr is None else format_value(lr),
-                             "eval_seq_len": eval_len})
+                             "eval_seq_len": eval_len,
+                             "replacement": bool(task.get("replacement")),
+                             "eval_max_queries": trainer.get("eval_max_queries", 200),
+                             "eval_query_batch": trainer.get("eval_query_batch", 32)})
             except StoreError as err:
                 damaged.append(str(err))
     runs = pd.DataFrame(rows)
@@ -188,6 +193,36 @@ def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def rank_bounds(runs: pd.DataFrame, threshold: float) -> pd.Series:
+    """Each run's loss-view rank bound (``rank_bound.bound_of``; NA where none holds)."""
+    bounds = [rank_bound.bound_of(None if pd.isna(r.d_dot) else int(r.d_dot), r.update_rule,
+                                  r.replacement, threshold, r.eval_max_queries,
+                                  r.eval_query_batch)
+              for r in runs.itertuples()]
+    return pd.Series(bounds, index=runs.index, dtype="Int64")
+
+
+def add_stall_columns(table: pd.DataFrame, runs: pd.DataFrame, checks: pd.DataFrame,
+                      checked: pd.DataFrame, cfg) -> pd.DataFrame:
+    """Per configuration: its stalled runs, how many have a check and how many the checks
+    cleared (loss view), and the loss and accuracy failure points with only the verified
+    stalls set aside (``stalls.with_checks``)."""
+    verified_runs = stalls.with_checks(runs, checks)
+    verified = capacity_table(verified_runs, seed_table(verified_runs, cfg.threshold,
+                                                        cfg.accuracy_threshold)).set_index("label")
+    at = table.columns.get_loc("label")
+    by_label = checked.groupby("label")
+    columns = {
+        "stalled_runs": table["label"].map(runs.groupby("label")["stalled"].sum()).fillna(0),
+        "stalls_checked": table["label"].map(by_label.size()).fillna(0),
+        "stalls_cleared": table["label"].map(by_label["clears_loss"].sum()).fillna(0),
+        "observed_capacity_verified": table["label"].map(verified["observed_capacity"]),
+        "observed_capacity_acc_verified": table["label"].map(verified["observed_capacity_acc"])}
+    for i, (name, values) in enumerate(columns.items()):
+        table.insert(at + i, name, values.astype(int) if name.startswith("stall") else values)
+    return table
+
+
 def analyze(cfg: DictConfig) -> None:
     """Load, compute failure points, write runs.parquet, capacity.csv, scaling.csv, figures
     and report.md."""
@@ -199,18 +234,21 @@ def analyze(cfg: DictConfig) -> None:
         print(f"nothing to analyse in {exp_dir / 'runs'}: {plural(len(missing), 'run')} without "
               f"summary, {len(damaged)} damaged", file=sys.stderr)
         return
+    runs, checks = stalls.split_checks(runs)
+    runs["rank_bound"] = rank_bounds(runs, cfg.threshold)
     runs["stalled"] = stalls.stalled(runs, exp_dir / "runs", cfg.threshold)
-    atomic_write(exp_dir / "runs.parquet", lambda f: runs.to_parquet(f, index=False))
+    atomic_write(exp_dir / "runs.parquet",
+                 lambda f: pd.concat([runs, checks]).to_parquet(f, index=False))
     seeds = seed_table(runs, cfg.threshold, cfg.accuracy_threshold)
-    counted = runs.assign(stalled=False)  # the same runs with their stalls counted as failures
-    counted = capacity_table(counted, seed_table(counted, cfg.threshold, cfg.accuracy_threshold))
     table = capacity_table(runs, seeds)
-    table.insert(table.columns.get_loc("label"), "observed_capacity_counting_stalls",
-                 table["label"].map(counted.set_index("label")["observed_capacity"]))
+    checked = stalls.check_outcomes(runs, checks, cfg.threshold, cfg.accuracy_threshold)
+    table = add_stall_columns(table, runs, checks, checked, cfg)
     points = published.points(runs)
+    bounds = table.set_index("label")["rank_bound"].astype(float).fillna(math.inf)
     capacity = published.capacity_columns(
-        prediction.add_columns(table, runs, seeds), points,
-        lambda n, loss: loss_failure(n, loss, np.zeros(len(n), bool), cfg.threshold))
+        prediction.add_columns(table, runs), points,
+        lambda label, n, loss: loss_failure(n, loss, np.zeros(len(n), bool), cfg.threshold,
+                                            bounds[label]))
     reference = experiment_dir(cfg.get("reference_dir") or exp_dir.parent, cfg.experiment)
     capacity = published.reference_columns(
         capacity, None if reference.resolve() == exp_dir.resolve() else reference / "capacity.csv")
@@ -221,7 +259,7 @@ def analyze(cfg: DictConfig) -> None:
     curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
     figures, omitted = plots.all_figures(runs, capacity, points, curves, families, exp_dir,
                                          cfg.threshold, cfg.accuracy_threshold, search)
-    report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, counted,
+    report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, checked,
                                    families, missing, damaged,
                                    None if search else grid_holes(runs), figures, omitted,
                                    cfg.threshold, cfg.accuracy_threshold, rule=RULE)

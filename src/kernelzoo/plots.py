@@ -17,9 +17,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from kernelzoo import scaling
+from kernelzoo import rank_bound, scaling
+from kernelzoo.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.heatmaps import heatmaps
-from kernelzoo.prediction import compare, compared
 from kernelzoo.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
                              config_colors, dkey, is_search, legend, log_square, natural,
                              save)
@@ -91,8 +91,9 @@ def _draw_capacity_lines(ax, capacity: pd.DataFrame, colors: dict, x_max: float)
         ax.axvline(d_dot, ls="--", lw=1, gid="capacity",
                    color=colors[labels[0]] if len(labels) == 1 else "0.3")
     top = ax.secondary_xaxis("top")
-    top.set_xticks(list(shown), [f"d_dot {d}: {', '.join(labels)}" for d, labels in shown.items()],
-                   rotation=20, ha="left", fontsize=7)
+    top.set_xticks(list(shown), [f"{d}" for d in shown], fontsize=7)
+    top.set_xlabel("d_dot (dashed lines, in the colour of their configuration; grey: shared)",
+                   fontsize=7)
     top.tick_params(length=3, pad=1)
     return f"; d_dot beyond the axis: {'; '.join(beyond)}" if beyond else ""
 
@@ -111,6 +112,23 @@ def _published_overlay(ax, capacity: pd.DataFrame, published: pd.DataFrame, colo
                 mec=colors[row.label], mew=1.0, zorder=5, gid="published-failure-point")
 
 
+def _draw_floors(ax, runs: pd.DataFrame, capacity: pd.DataFrame, colors: dict) -> bool:
+    """Each bounded configuration's loss floor (``rank_bound.loss_floor``) over its n_keys
+    range, dash-dotted in its colour; True when some floor was drawn."""
+    drawn = False
+    for r in capacity[capacity["rank_bound"].notna()].itertuples():
+        first = runs[runs["label"] == r.label].iloc[0]
+        rank = rank_bound.rank(int(r.d_dot), r.update_rule)
+        n = np.arange(rank, int(runs.loc[runs["label"] == r.label, "n_keys"].max()) + 1)
+        floor = np.array([rank_bound.loss_floor(k, rank, first["eval_max_queries"],
+                                                first["eval_query_batch"]) for k in n])
+        if (floor > 0).any():
+            ax.plot(n[floor > 0], floor[floor > 0], ls="-.", lw=0.9, color=colors[r.label],
+                    gid="rank-floor")
+            drawn = True
+    return drawn
+
+
 def draw_loss_vs_keys(ax, runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
                       colors: dict, threshold: float) -> None:
     """``loss_vs_keys`` on ``ax``: lines with gid "capacity", "failure-point", "published"."""
@@ -118,8 +136,9 @@ def draw_loss_vs_keys(ax, runs: pd.DataFrame, capacity: pd.DataFrame, published:
     top = max(finite.max() if len(finite) else 1.0, threshold, 1.0) * 2
     notes = _per_key(ax, runs, colors, "final_eval_loss", top, floor=DISPLAY_FLOOR)
     handles = ax.get_legend_handles_labels()[0]
-    x_max = max(runs["n_keys"].max(), published["n_keys"].max() if len(published) else 0) * 1.05
+    x_max = runs["n_keys"].max() * 1.05  # the store's own range: published points beyond it are cut
     beyond = _draw_capacity_lines(ax, capacity, colors, x_max)
+    floors = _draw_floors(ax, runs, capacity, colors)
     ax.axhline(threshold, color="black", ls=":", lw=1)
     for row in capacity[capacity["outcome"] == "fails_at"].itertuples():
         ax.plot(row.observed_capacity, threshold, ls="none", marker="*", ms=13,
@@ -139,6 +158,9 @@ def draw_loss_vs_keys(ax, runs: pd.DataFrame, capacity: pd.DataFrame, published:
         Line2D([], [], ls="none", marker="*", ms=10, color="grey", mec="black", mew=0.5,
                label="failure point n*"),
         Line2D([], [], color="grey", ls="--", lw=1, label="predicted capacity d_dot")]
+    if floors:
+        handles.append(Line2D([], [], color="grey", ls="-.", lw=0.9,
+                              label="loss floor of a rank-d_dot read-out (rank bound)"))
     if len(published):
         handles.append(Line2D([], [], color="grey", ls="--", lw=0.7, marker="o", ms=3.5,
                               mfc="none", label=f"{PUBLISHED_LABEL}; hollow star: its n*"))
@@ -211,36 +233,6 @@ def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float
     return save(fig, out_dir / "observed_vs_predicted.png")
 
 
-def capacity_vs_rank(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> Path:
-    """The refined prediction (``prediction.py``): each failure point against d_dot (left) and
-    against the effective rank of the written keys' features at the failure point (right),
-    log-log with y = x, with its bracket or interval over seeds; the configurations that fail at
-    a point with a bounded d_dot and an effective rank. Each panel's title gives the mean
-    |ln(n* / predictor)| over them."""
-    rows, comparison = compared(capacity), compare(capacity)
-    fig = Figure(figsize=(11, 4.8), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
-    span = pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"], rows["ci_high"],
-                      rows["effective_rank_at_failure"]])
-    for ax, column, name, score in (
-            (axes[0], "predicted_capacity", "d_dot", comparison.by_d_dot),
-            (axes[1], "effective_rank_at_failure", "effective rank at the failure point",
-             comparison.by_rank)):
-        for r in rows.itertuples():
-            y = r.observed_capacity
-            ax.errorbar(float(getattr(r, column)), y, yerr=[[y - r.ci_low], [r.ci_high - y]],
-                        fmt="o", ms=7, capsize=3, color=colors[r.label], label=r.label)
-        log_square(ax, span)
-        ax.set_xlabel(f"{name} (log)")
-        ax.set_title(f"against {name}: mean |ln(n* / x)| = {score:.3f}", fontsize=9)
-    axes[0].set_ylabel("observed failure point n* (log)")
-    fig.suptitle(f"Which predicts the failure point better, d_dot or the effective rank? "
-                 f"{comparison.n} configurations ({dkey(capacity['d_key'])}); dotted: y = x",
-                 fontsize=10)
-    legend(axes[1])
-    return save(fig, out_dir / "capacity_vs_rank.png")
-
-
 def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: Path) -> Path:
     """One panel per configuration with a failure point inside the grid: the eval loss during
     training of the runs just below (solid: passes) and above (dashed: fails) it, with tau and
@@ -282,34 +274,44 @@ def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: P
     return save(fig, out_dir / "curves.png")
 
 
-def efficiency_order(capacity: pd.DataFrame) -> pd.DataFrame:
-    """The configurations with a bounded d_dot and a result, most efficient first: efficiency =
-    failure point / d_dot (the ``ratio`` column), its interval from ci_low and ci_high."""
-    rows = capacity[capacity["predicted_capacity"].notna() & capacity["ratio"].notna()].copy()
+def efficiency_order(capacity: pd.DataFrame, view: str = "loss") -> pd.DataFrame:
+    """The configurations with a bounded d_dot and a result in ``view``, most efficient first:
+    efficiency = failure point / d_dot (its ``ratio`` column), its interval from its ci columns."""
+    s = SUFFIX[view]
+    rows = capacity[capacity["predicted_capacity"].notna() & capacity[f"ratio{s}"].notna()].copy()
     d_dot = rows["predicted_capacity"].astype(float)
-    rows["efficiency_low"], rows["efficiency_high"] = rows["ci_low"] / d_dot, rows["ci_high"] / d_dot
-    return rows.sort_values(["ratio", "label"], ascending=[False, True], kind="stable")
+    rows["efficiency_low"] = rows[f"ci_low{s}"] / d_dot
+    rows["efficiency_high"] = rows[f"ci_high{s}"] / d_dot
+    return rows.sort_values([f"ratio{s}", "label"], ascending=[False, True], kind="stable")
 
 
 def capacity_efficiency(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> Path:
-    """Bars of failure point / d_dot per configuration, most efficient first, with their
-    interval; bounds hatched (never fails: at least; fails everywhere: at most)."""
-    rows = efficiency_order(capacity)
-    fig = Figure(figsize=(max(6.0, 0.45 * len(rows) + 2), 4.5))
-    ax = fig.add_subplot()
-    x = np.arange(len(rows))
-    for i, r in enumerate(rows.itertuples()):
-        ax.bar(i, r.ratio, color=colors[r.label], hatch=None if r.outcome == "fails_at" else "//",
-               edgecolor="black", linewidth=0.4)
-        ax.errorbar(i, r.ratio, yerr=[[r.ratio - r.efficiency_low], [r.efficiency_high - r.ratio]],
-                    fmt="none", ecolor="black", capsize=3, lw=1)
-    ax.axhline(1.0, color="black", ls=":", lw=1)
-    ax.set_xticks(x, [f"{r.label} (d_dot {r.predicted_capacity})" for r in rows.itertuples()],
-                  rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("failure point / d_dot")
-    ax.set_title("Capacity efficiency: keys held per dimension of the state\n"
-                 "(median over seeds, bar: bracket or interval; hatched: a bound; dotted: 1)",
-                 fontsize=10)
+    """One panel per view: failure point / d_dot per configuration, most efficient first, with
+    its interval over seeds (or one seed's bracket); bounds hatched (never fails: at least;
+    fails everywhere: at most)."""
+    orders = {v: efficiency_order(capacity, v) for v in VIEWS}
+    width = max(6.0, 0.4 * max(len(o) for o in orders.values()) + 2)
+    fig = Figure(figsize=(width, 4.2 * len(VIEWS)), layout="constrained")
+    for ax, view in zip(fig.subplots(len(VIEWS), 1), VIEWS):
+        rows, s = orders[view], SUFFIX[view]
+        for i, r in enumerate(rows.itertuples()):
+            ratio, outcome = getattr(r, f"ratio{s}"), getattr(r, f"outcome{s}")
+            ax.bar(i, ratio, color=colors[r.label], hatch=None if outcome == "fails_at" else "//",
+                   edgecolor="black", linewidth=0.4)
+            if pd.notna(r.efficiency_low) and pd.notna(r.efficiency_high):
+                ax.errorbar(i, ratio, yerr=[[max(ratio - r.efficiency_low, 0)],
+                                            [max(r.efficiency_high - ratio, 0)]],
+                            fmt="none", ecolor="black", capsize=3, lw=1)
+        ax.axhline(1.0, color="black", ls=":", lw=1)
+        ax.set_xticks(np.arange(len(rows)), [f"{r.label} ({r.predicted_capacity})"
+                                             for r in rows.itertuples()],
+                      rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("failure point / d_dot")
+        ax.set_title(f"{VIEW_WORDS[view]} view", fontsize=9)
+    fig.suptitle("Capacity efficiency per view, most efficient first (in parentheses: d_dot); "
+                 "bar: median over seeds; whisker: the order-statistic interval over seeds (its "
+                 "level in report.md), or one seed's bracket; hatched: a bound; dotted: 1",
+                 fontsize=9)
     return save(fig, out_dir / "capacity_efficiency.png")
 
 
@@ -319,25 +321,19 @@ def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFr
                 search: bool = False) -> tuple[list[Path], list[str]]:
     """Every figure of the analysis in report order, one colour per configuration, and one
     line per figure left out (why). A search's sparse probes have no grid for heatmaps;
-    ``capacity_vs_rank`` needs a configuration that fails at a point with diagnostics,
-    ``capacity_scaling`` (``scaling.figure``) a family of ``families`` that is fitted."""
+    ``capacity_scaling`` (``scaling.figure``) needs a family with runs at two d_dot levels."""
     colors = config_colors(capacity["label"])
     maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
-    ranked = not compared(capacity).empty
-    if not ranked:
-        omitted.append("capacity_vs_rank: left out, as no configuration fails at a point with a "
-                       "bounded d_dot and an effective rank (diagnostics)")
-    scaled = any(f.law for f in families)
+    scaled = any(f.points["d_dot"].nunique() >= 2 for f in families)
     if not scaled:
-        omitted.append(f"capacity_scaling: left out, as no family has failure points at "
-                       f"{scaling.MIN_D_DOTS} or more d_dot values")
+        omitted.append("capacity_scaling: left out, as no family has runs at two or more d_dot "
+                       "values")
     return [
         loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
         *([scaling.figure(families, out_dir)] if scaled else []),
-        *([capacity_vs_rank(capacity, colors, out_dir)] if ranked else []),
         *([capacity_efficiency(capacity, colors, out_dir)]
-          if len(efficiency_order(capacity)) >= 2 else []),
+          if any(len(efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
         *maps,
         curves(curve_table, colors, threshold, out_dir),
         accuracy_vs_keys(runs, colors, accuracy_threshold, out_dir),

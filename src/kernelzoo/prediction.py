@@ -1,19 +1,19 @@
-"""The refined prediction: does the effective rank of the written keys' features, reached at the
-failure point, predict a configuration's failure point better than its d_dot?
+"""A prediction made before the answer is known: each configuration's failure point predicted
+from quantities measured at the n_keys = d_dot probe (round 1 of every search trains it), scored
+per view of capacity on configurations it was not tuned on.
 
-``effective_rank_at_failure`` (capacity.csv): for every seed whose loss criterion outcome is
-fails_at, the diagnostics' ``phi_effective_rank`` of its runs at the last pass n_a and at the
-first failure n_b, interpolated linearly in n at its failure point n* (the one that exists when
-the other run has none: softmax, a diverged run, a store older than the diagnostics); the mean
-over those seeds. ``rank_ratio`` = observed_capacity / effective_rank_at_failure.
-
-``compare`` (report.md): over the fails_at configurations with a bounded d_dot and an effective
-rank, the mean absolute log-ratio |ln(observed / d_dot)| against |ln(observed / effective rank)|;
-the smaller is the better predictor. The effective rank is measured on the n_keys written keys
-of the trained model, so it can exceed neither n_keys nor d_dot: at the failure point it is at
-most about the failure point itself, and a small |ln| says the features are still spread evenly
-there, not that the rank was known before training. ``pooled`` pools the configurations of
-several capacity.csv files:
+Predictors (capacity.csv columns, per configuration the mean over its seeds' runs at the n_keys
+nearest d_dot, within 25% of it; diagnostics of ``diagnostics.py``):
+- ``d_dot``: the map's own declaration;
+- ``rank_at_d_dot``, ``effective_rank_at_d_dot``: the numerical and effective rank of the
+  written keys' features of the trained model at that probe (at most d_dot: d_dot keys written);
+- ``rank_at_d_dot_initial``, ``effective_rank_at_d_dot_initial``: the same at initialisation;
+- ``fitted``: ln n* = c0 + c1 ln d_dot + c2 ln rank + c3 ln effective rank (both trained, at the
+  probe), least squares over the configurations of the other feature maps (leave one feature map
+  out), so no configuration is predicted by a fit that saw its own map.
+Score of a predictor in a view: mean |ln(observed / predicted)| over the configurations that
+fail at a point in that view and have every predictor, the same set for all predictors; lower
+is better. ``pooled`` scores the configurations of several capacity.csv files together:
 
     python -m kernelzoo.prediction results/reference/*/capacity.csv
 """
@@ -28,89 +28,111 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-COLUMNS = ("effective_rank_at_failure", "rank_ratio")
+from kernelzoo.capacity import SUFFIX, VIEW_WORDS, VIEWS, value_column
+
+MEASURED = {"rank_at_d_dot": "phi_rank", "effective_rank_at_d_dot": "phi_effective_rank",
+            "rank_at_d_dot_initial": "phi_rank_initial",
+            "effective_rank_at_d_dot_initial": "phi_effective_rank_initial"}
+COLUMNS = tuple(MEASURED)
+PREDICTORS = ("d_dot", *COLUMNS, "fitted")
+FIT_INPUTS = ("predicted_capacity", "rank_at_d_dot", "effective_rank_at_d_dot")
+NEAR = 0.25  # the probe used lies within this share of d_dot
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """Mean |ln(observed / predictor)| over ``n`` configurations, for d_dot and effective rank."""
-
-    n: int
-    by_d_dot: float
-    by_rank: float
-
-    def words(self) -> str:
-        if self.n == 0:
-            return "no configuration fails at a point with a bounded d_dot and an effective rank"
-        better = ("the effective rank" if self.by_rank < self.by_d_dot else
-                  "d_dot" if self.by_d_dot < self.by_rank else "neither")
-        return (f"over {self.n} configuration{'' if self.n == 1 else 's'} failing at a point: "
-                f"mean |ln(observed / d_dot)| = {self.by_d_dot:.3f} (a factor of "
-                f"{math.exp(self.by_d_dot):.2f}), mean |ln(observed / effective rank)| = "
-                f"{self.by_rank:.3f} (a factor of {math.exp(self.by_rank):.2f}): {better} "
-                "predicts the failure point better")
+def at_d_dot(runs: pd.DataFrame) -> pd.DataFrame:
+    """label -> COLUMNS: the mean over seeds of each diagnostic at the run nearest n_keys =
+    d_dot (within NEAR); NaN where a configuration has no such run or no diagnostics."""
+    rows = {}
+    for label, group in runs[runs["d_dot"].notna()].groupby("label"):
+        d = float(group["d_dot"].iloc[0])
+        gap = (group["n_keys"] - d).abs()
+        near = group[(gap == gap.min()) & (gap <= NEAR * d) & (group["status"] != "infeasible")]
+        rows[label] = {col: float(pd.to_numeric(near[src], errors="coerce").mean())
+                       if src in near and len(near) else math.nan
+                       for col, src in MEASURED.items()}
+    return pd.DataFrame.from_dict(rows, orient="index", columns=list(COLUMNS))
 
 
-def _at_failure(n_a, e_a, n_b, e_b, n_star) -> float:
-    """e interpolated linearly in n at n_star; the finite one when only one is."""
-    if math.isfinite(e_a) and math.isfinite(e_b):
-        return e_a if n_b == n_a else e_a + (n_star - n_a) / (n_b - n_a) * (e_b - e_a)
-    return e_a if math.isfinite(e_a) else e_b
-
-
-def effective_rank_at_failure(runs: pd.DataFrame, seeds: pd.DataFrame) -> dict[str, float]:
-    """label -> mean over its fails_at seeds of the effective rank at n* (module docstring);
-    NaN where no such seed has one (no column: a store older than the diagnostics)."""
-    if "phi_effective_rank" not in runs:
-        return {}
-    rank = pd.to_numeric(runs.set_index(["label", "seed", "n_keys"])["phi_effective_rank"],
-                         errors="coerce")  # a damaged value reads as none
-    found = {}
-    for label, group in seeds[seeds["outcome"] == "fails_at"].groupby("label"):
-        values = [_at_failure(s.last_pass, rank.get((label, s.seed, int(s.last_pass)), math.nan),
-                              s.first_failure,
-                              rank.get((label, s.seed, int(s.first_failure)), math.nan), s.value)
-                  for s in group.itertuples()]
-        values = [v for v in values if math.isfinite(v)]
-        found[label] = float(np.mean(values)) if values else math.nan
-    return found
-
-
-def add_columns(capacity: pd.DataFrame, runs: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
+def add_columns(capacity: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """``capacity`` with COLUMNS inserted before ``label``."""
     capacity = capacity.copy()
-    ranks = capacity["label"].map(effective_rank_at_failure(runs, seeds)).astype(float)
+    found = at_d_dot(runs)
     at = capacity.columns.get_loc("label")
-    capacity.insert(at, "effective_rank_at_failure", ranks)
-    capacity.insert(at + 1, "rank_ratio", capacity["observed_capacity"] / ranks)
+    for i, col in enumerate(COLUMNS):
+        capacity.insert(at + i, col, capacity["label"].map(found[col]).astype(float))
     return capacity
 
 
-def compared(capacity: pd.DataFrame) -> pd.DataFrame:
-    """The configurations the comparison is over: fails_at, bounded d_dot, an effective rank."""
-    if "effective_rank_at_failure" not in capacity:
+def _design(rows: pd.DataFrame) -> np.ndarray:
+    return np.column_stack([np.ones(len(rows))] + [np.log(rows[k].astype(float))
+                                                    for k in FIT_INPUTS])
+
+
+def fitted(rows: pd.DataFrame, observed: pd.Series) -> pd.Series:
+    """The ``fitted`` predictor of each row, fitted on the rows of the other feature maps (NaN
+    where fewer rows than inputs + 2 remain)."""
+    out = pd.Series(math.nan, index=rows.index)
+    x, y = _design(rows), np.log(observed.astype(float).to_numpy())
+    for fmap in rows["feature_map"].unique():
+        test = (rows["feature_map"] == fmap).to_numpy()
+        if (~test).sum() < x.shape[1] + 2:
+            continue
+        coef, *_ = np.linalg.lstsq(x[~test], y[~test], rcond=None)
+        out[test] = np.exp(x[test] @ coef)
+    return out
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per view: the configurations scored and each predictor's mean |ln(observed/predicted)|."""
+
+    n: dict
+    by: dict  # view -> predictor -> score
+
+    def words(self, view: str) -> str:
+        scores = self.by.get(view, {})
+        if not self.n.get(view):
+            return f"{VIEW_WORDS[view]} view: no configuration fails at a point with every predictor"
+        best = min(scores, key=scores.get)
+        return (f"{VIEW_WORDS[view]} view, {self.n[view]} configurations: "
+                + ", ".join(f"{p} {s:.3f}" for p, s in scores.items())
+                + f"; best: {best}")
+
+
+def scored(capacity: pd.DataFrame, view: str) -> pd.DataFrame:
+    """The rows a view is scored on: fails_at in that view, bounded d_dot, every predictor."""
+    if any(c not in capacity for c in COLUMNS):
         return capacity.iloc[:0]
-    rank = capacity["effective_rank_at_failure"].astype(float)
-    return capacity[(capacity["outcome"] == "fails_at") & capacity["predicted_capacity"].notna()
-                    & np.isfinite(rank) & (rank > 0)]
+    s = SUFFIX[view]
+    ok = (capacity[f"outcome{s}"] == "fails_at") & capacity["predicted_capacity"].notna()
+    for col in COLUMNS:
+        v = capacity[col].astype(float)
+        ok &= np.isfinite(v) & (v > 0)
+    ok &= capacity[value_column(view)].astype(float) > 0
+    return capacity[ok]
 
 
-def compare(capacity: pd.DataFrame) -> Comparison:
-    """Mean |ln(observed / d_dot)| and |ln(observed / effective rank)| over ``compared``."""
-    rows = compared(capacity)
-    if rows.empty:
-        return Comparison(0, math.nan, math.nan)
-    observed = rows["observed_capacity"].astype(float)
-    return Comparison(len(rows),
-                      float(np.abs(np.log(observed / rows["predicted_capacity"].astype(float)))
-                            .mean()),
-                      float(np.abs(np.log(observed / rows["effective_rank_at_failure"]
-                                          .astype(float))).mean()))
+def score(capacity: pd.DataFrame) -> Scores:
+    """Each predictor's score in each view (module docstring)."""
+    n, by = {}, {}
+    for view in VIEWS:
+        rows = scored(capacity, view)
+        if rows.empty:
+            n[view], by[view] = 0, {}
+            continue
+        observed = rows[value_column(view)].astype(float)
+        preds = {"d_dot": rows["predicted_capacity"].astype(float),
+                 **{c: rows[c].astype(float) for c in COLUMNS}, "fitted": fitted(rows, observed)}
+        keep = np.isfinite(preds["fitted"])
+        n[view] = int(keep.sum())
+        by[view] = {p: float(np.abs(np.log(observed[keep] / v[keep])).mean())
+                    for p, v in preds.items()} if keep.any() else {}
+    return Scores(n, by)
 
 
-def pooled(paths) -> tuple[Comparison, list[str]]:
-    """``compare`` over the configurations of several capacity.csv files together, and one line
-    per file: its own comparison, or why it has none (unreadable, analysed before this column)."""
+def pooled(paths) -> tuple[Scores, list[str]]:
+    """``score`` over the configurations of several capacity.csv files together, and one line
+    per file that could not be used (unreadable, analysed before these columns)."""
     tables, lines = [], []
     for path in map(Path, paths):
         try:
@@ -118,23 +140,21 @@ def pooled(paths) -> tuple[Comparison, list[str]]:
         except (OSError, ValueError) as err:
             lines.append(f"{path}: unreadable ({type(err).__name__}: {err})")
             continue
-        if "effective_rank_at_failure" not in table:
-            lines.append(f"{path}: no effective_rank_at_failure (analysed before it existed: "
-                         "rerun the analysis)")
+        if any(c not in table for c in (*COLUMNS, "observed_capacity_keys")):
+            lines.append(f"{path}: no predictor columns (analysed before them: rerun the "
+                         "analysis)")
             continue
-        tables.append(table)
-        lines.append(f"{path}: {compare(table).words()}")
-    return compare(pd.concat(tables) if tables else pd.DataFrame()), lines
+        tables.append(table.assign(store=path.parent.name))
+    return score(pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()), lines
 
 
 def main(argv=None) -> None:
-    """Print each capacity.csv's comparison, then the pooled one."""
+    """Print the pooled scores, per view."""
     parser = argparse.ArgumentParser(prog="python -m kernelzoo.prediction",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("capacity_csv", nargs="+", help="capacity.csv files of analysed stores")
-    comparison, lines = pooled(parser.parse_args(argv).capacity_csv)
-    print("\n".join(lines))
-    print(f"pooled: {comparison.words()}")
+    scores, lines = pooled(parser.parse_args(argv).capacity_csv)
+    print("\n".join(lines + [f"pooled, {scores.words(v)}" for v in VIEWS]))
 
 
 if __name__ == "__main__":

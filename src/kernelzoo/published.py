@@ -90,10 +90,11 @@ def points(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> pd.Data
 
 def capacity_columns(capacity: pd.DataFrame, published_points: pd.DataFrame,
                      failure) -> pd.DataFrame:
-    """``capacity`` with PUBLISHED_COLUMNS appended: ``failure(n_keys, losses)`` (the analysis'
-    loss rule, returning its SeedResult) over each configuration's published series; NaN and
-    empty where the configuration is not one of the authors'."""
-    results = {label: failure(series["n_keys"].to_numpy(), series["final_eval_loss"].to_numpy())
+    """``capacity`` with PUBLISHED_COLUMNS appended: ``failure(label, n_keys, losses)`` (the
+    analysis' loss view, returning its SeedResult) over each configuration's published series;
+    NaN and empty where the configuration is not one of the authors'."""
+    results = {label: failure(label, series["n_keys"].to_numpy(),
+                              series["final_eval_loss"].to_numpy())
                for label, series in published_points.groupby("label")}
     capacity = capacity.copy()
     capacity["published_capacity"] = [results[label].value if label in results else math.nan

@@ -19,27 +19,46 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo import learning_rate, prediction, scaling, update_rules
+from scipy import stats
+
+from kernelzoo import learning_rate, prediction, rank_bound, scaling, update_rules
+from kernelzoo.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.files import StoreError, atomic_write_text
+from kernelzoo.intervals import MEDIAN_WORDS
 from kernelzoo.plots import efficiency_order
 from kernelzoo.stalls import RULE as STALL_RULE
-from kernelzoo.stalls import has_diagnostics, moved, stall_lines, stall_rates
+from kernelzoo.stalls import has_diagnostics, stall_lines, stall_rates
 from kernelzoo.store import experiment_points, finished_points, read_sweep, trained_points
 from kernelzoo.style import bound, cell, natural, natural_key
 from kernelzoo.words import plural
 
 
-def observed(r) -> str:
-    """A failure point as read: one seed with its bracket ("57.1 (between 40 and 60)"),
-    bounds as inequalities, several seeds as the median with its interval."""
-    value, outcome = r.observed_capacity, r.outcome
+HEADLINE = "accuracy"  # the view that headlines cross-map rankings
+HEADLINE_WHY = (
+    "Cross-map rankings are headlined by the accuracy view: it asks whether the memory still "
+    "returns (nearly) every association, which is what capacity means, whatever the scale of "
+    "its read-out. The loss view mixes retrieval with that scale: a diluted read-out (every key "
+    "answered right, the right value's weight spread) fails it early, and under the authors' "
+    "per-32-query batch means one wrong key of 33 to 64 costs under tau, so it passes maps that "
+    "lose keys. It stays the view compared with the paper. Keys retrieved, without a threshold, "
+    "counts partial retrieval past the failure point and is shown beside them.")
+DILUTED = 1.5  # the accuracy view's failure point over the loss view's that the report names
+
+
+def observed(r, view: str = "loss") -> str:
+    """A failure point in one view as read: one seed with its bracket ("57.1 (between 40 and
+    60)"), bounds as inequalities, several seeds as the median with its interval."""
+    s = SUFFIX[view]
+    value, outcome = getattr(r, f"observed_capacity{s}"), getattr(r, f"outcome{s}")
+    low, high = getattr(r, f"ci_low{s}"), getattr(r, f"ci_high{s}")
     if outcome == "no_data":
         return "–"
     if r.n_seeds == 1:
-        if outcome != "fails_at":
-            return bound(value, outcome)
-        return f"{cell(value)} (between {cell(r.ci_low)} and {cell(r.ci_high)})"
-    return f"{cell(value)} [{cell(r.ci_low)}, {cell(r.ci_high)}] over {r.n_seeds} seeds"
+        if outcome == "fails_at" and view != "keys_retrieved":
+            return f"{cell(value)} (between {cell(low)} and {cell(high)})"
+        return bound(value, outcome)
+    shown = bound(value, outcome) if outcome != "fails_at" else cell(value)
+    return f"{shown} [{cell(low)}, {cell(high)}]"
 
 
 def published(r) -> str:
@@ -58,22 +77,31 @@ def has_reference(capacity: pd.DataFrame) -> bool:
 
 
 def markdown_table(capacity: pd.DataFrame) -> list[str]:
-    """The capacity table; "reference" (the committed runs of this experiment) and "published"
-    (the authors') columns beside "observed" where any configuration has one."""
+    """The capacity table, the three views side by side (each: median over seeds [interval],
+    or one seed's bracket; bounds as inequalities) and their ratios to d_dot; "reference" (the
+    committed runs of this experiment) and "published" (the authors') loss-view columns where
+    any configuration has one."""
     extra, ref = has_published(capacity), has_reference(capacity)
-    head = ["configuration", "d_dot", "predicted", "seeds", "observed",
-            *(["reference"] if ref else []), *(["published"] if extra else []),
-            "first failure", "ratio", "outcome", "accuracy criterion"]
+    checked = "stalled_runs" in capacity
+    head = ["configuration", "d_dot", "seeds (interval level)", "loss view",
+            *(["reference (loss)"] if ref else []), *(["published (loss)"] if extra else []),
+            "rank bound", "accuracy view", "keys retrieved", "ratio loss / acc / keys",
+            *(["stalled runs (cleared)", "loss view, verified stalls set aside"] if checked
+              else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in capacity.itertuples():
-        seeds = f"{r.n_seeds} seed" + ("" if r.n_seeds == 1 else "s")
+        level = "" if pd.isna(r.ci_level) else f" ({r.ci_level:.0%})"
+        ratios = " / ".join(cell(getattr(r, f"ratio{SUFFIX[v]}"), 2) for v in VIEWS)
         lines.append("| " + " | ".join([
-            r.label, cell(r.d_dot), cell(r.predicted_capacity) if pd.notna(r.predicted_capacity)
-            else "unbounded", seeds, observed(r),
+            r.label, cell(r.d_dot) if pd.notna(r.predicted_capacity) else "unbounded",
+            f"{r.n_seeds}{level}", observed(r),
             *([bound(r.reference_capacity, r.reference_outcome)] if ref else []),
             *([published(r)] if extra else []),
-            cell(r.first_failure), cell(r.ratio), r.outcome,
-            f"{cell(r.observed_capacity_acc)} ({r.outcome_acc})"]) + " |")
+            cell(r.rank_bound), observed(r, "accuracy"), observed(r, "keys_retrieved"), ratios,
+            *([f"{r.stalled_runs} ({r.stalls_cleared} of {r.stalls_checked} checked)"
+               if r.stalled_runs else "0",
+               cell(r.observed_capacity_verified) if r.stalls_cleared else "same"]
+              if checked else [])]) + " |")
     return lines
 
 
@@ -89,27 +117,26 @@ REFERENCE_NOTE = (
     "machine their report names; `reference_dir=` to choose another); – where they have none.")
 CAPTIONS = {
     "loss_vs_keys": "Final eval loss against the number of keys, median over seeds: a star marks "
-                    "each configuration's failure point n* on the tau line, a dashed line each "
-                    "distinct predicted capacity d_dot; hollow markers, for the authors' "
-                    "configurations, their published losses.",
+                    "each configuration's loss-view failure point n* on the tau line, a dashed "
+                    "line each distinct predicted capacity d_dot, a dash-dotted curve the loss "
+                    "floor of a rank-d_dot read-out (the rank bound); hollow markers, for the "
+                    "authors' configurations, their published losses.",
     "observed_vs_predicted": "The headline: each failure point against the capacity its map "
                              "predicts; triangles are bounds, hollow markers published values "
                              "(the authors' configurations only).",
     "heatmap": "Median final eval loss per configuration and number of keys at their true "
                "S, on one colour scale centred on tau for all heatmaps. A map's heatmap is left "
                "out when no cell passes: it would show no boundary.",
-    "capacity_efficiency": "Capacity efficiency, failure point / d_dot, most efficient first, "
-                           "with its bracket (one seed) or interval over seeds; hatched bars are "
-                           "bounds.",
+    "capacity_efficiency": "Capacity efficiency, failure point / d_dot, in each view, most "
+                           "efficient first, with its bracket (one seed) or order-statistic "
+                           "interval over seeds; hatched bars are bounds.",
     "curves": "Eval loss during training of the runs just below and above each failure point, "
               "with tau and the trainer's stop threshold.",
     "accuracy_vs_keys": "Retrieval accuracy against the number of keys.",
-    "capacity_scaling": "Per family, each seed's failure point against d_dot (spread sideways a "
-                        "few percent by seed), the fitted n* = a d_dot^b with its 95% bootstrap "
-                        "band over seeds; the dotted line is y = x.",
-    "capacity_vs_rank": "Each failure point against d_dot (left) and against the effective rank "
-                        "of the written keys' features at the failure point (right), with its "
-                        "bracket or interval over seeds; the dotted line is y = x.",
+    "capacity_scaling": "Per view and family, failure point / d_dot against d_dot: each seed "
+                        "(dots), each level's median with its order-statistic interval, the law "
+                        "n* = a d_dot^b fitted to the level medians with its 95% t band; the "
+                        "dotted line is n* = d_dot.",
 }
 
 
@@ -125,22 +152,59 @@ def figure_lines(figures: list[Path], omitted: list[str]) -> list[str]:
 
 
 def efficiency_table(capacity: pd.DataFrame) -> list[str]:
-    """Configurations ranked by capacity efficiency = failure point / d_dot."""
-    rows = efficiency_order(capacity)
-    if len(rows) < 2:
+    """Configurations ranked by capacity efficiency = failure point / d_dot in each view, the
+    rank correlation between the views' orders, and where they disagree."""
+    orders = {v: efficiency_order(capacity, v) for v in VIEWS}
+    if len(orders[HEADLINE]) < 2:
         return []
-    lines = ["## Capacity efficiency (failure point / d_dot)", "",
-             "Keys held per dimension of the state, most efficient first: median over seeds "
-             "with its bracket (one seed) or interval; bounds say at least / at most.", "",
-             "| rank | configuration | d_dot | failure point | efficiency | outcome |",
-             "|---|---|---|---|---|---|"]
-    for rank, r in enumerate(rows.itertuples(), 1):
-        value = (f"{r.ratio:.2f} [{r.efficiency_low:.2f}, {r.efficiency_high:.2f}]"
-                 if r.outcome == "fails_at" else
-                 f"{'>=' if r.outcome == 'never_fails' else '<='} {r.ratio:.2f}")
-        lines.append(f"| {rank} | {r.label} | {r.predicted_capacity} | {observed(r)} | {value} "
-                     f"| {r.outcome} |")
+    lines = ["## Capacity efficiency (failure point / d_dot), per view", "",
+             HEADLINE_WHY, "",
+             "| configuration | d_dot | " + " | ".join(f"{VIEW_WORDS[v]}: rank, efficiency"
+                                                     for v in VIEWS) + " |",
+             "|---|---|" + "---|" * len(VIEWS)]
+    ranks = {v: {label: i for i, label in enumerate(o["label"], 1)} for v, o in orders.items()}
+    for r in orders[HEADLINE].itertuples():
+        cells = []
+        for v in VIEWS:
+            row = orders[v][orders[v]["label"] == r.label]
+            if row.empty:
+                cells.append("–")
+                continue
+            row = row.iloc[0]
+            s = SUFFIX[v]
+            ratio, outcome = row[f"ratio{s}"], row[f"outcome{s}"]
+            value = (f"{ratio:.2f} [{row['efficiency_low']:.2f}, {row['efficiency_high']:.2f}]"
+                     if outcome == "fails_at" else
+                     f"{'>=' if outcome == 'never_fails' else '<='} {ratio:.2f}")
+            cells.append(f"{ranks[v][r.label]}: {value}")
+        lines.append(f"| {r.label} | {r.predicted_capacity} | " + " | ".join(cells) + " |")
+    lines += ["", *view_agreement(capacity, orders)]
     return lines + [""]
+
+
+def view_agreement(capacity: pd.DataFrame, orders: dict) -> list[str]:
+    """Spearman's rho between each pair of views' efficiency orders (over the configurations
+    ranked in both), and the configurations whose loss view fails well before their accuracy
+    view (dilution: the loss crosses tau while the keys are still answered right)."""
+    lines = []
+    for i, v in enumerate(VIEWS):
+        for w in VIEWS[i + 1:]:
+            both = orders[v][["label", f"ratio{SUFFIX[v]}"]].merge(
+                orders[w][["label", f"ratio{SUFFIX[w]}"]], on="label")
+            if len(both) >= 3:
+                rho = stats.spearmanr(both.iloc[:, 1], both.iloc[:, 2]).statistic
+                lines.append(f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = "
+                             f"{rho:.2f} over {len(both)} configurations.")
+    diluted = capacity[(capacity["outcome"] == "fails_at")
+                       & (capacity["observed_capacity_acc"] > DILUTED * capacity["observed_capacity"])]
+    if len(diluted):
+        lines.append("- Loss view failing before the accuracy view (the read-out is diluted: the "
+                     "loss crosses tau while the keys are still answered right; ratio "
+                     f"accuracy / loss above {DILUTED:g}): " + "; ".join(
+                         f"{r.label} {cell(r.observed_capacity)} against "
+                         f"{bound(r.observed_capacity_acc, r.outcome_acc)}"
+                         for r in diluted.itertuples()) + ".")
+    return lines
 
 
 RANK_CHANGE = 0.1  # a relative change of the effective rank worth noting
@@ -176,15 +240,16 @@ def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -
     lines = ["## Search probes", "",
              f"{len(probes)} probes over {probes.groupby(['label', 'seed']).ngroups} "
              "configuration x seed series; the strategy is in `src/kernelzoo/search.py`. "
-             "A probe fails when its run diverged or its final eval loss is missing or above "
-             f"tau = {threshold:g}; a stalled one (see Stalls) is set aside where it fails.", ""]
+             "A probe fails the loss view when its run diverged or its final eval loss is missing "
+             f"or above tau = {threshold:g}; a stalled one (see Stalls) is marked.", ""]
     for label in sorted(probes["label"].unique(), key=natural_key):
         group = probes[probes["label"] == label].sort_values(["seed", "probe_round", "n_keys"])
         row = capacity[capacity["label"] == label].iloc[0]
         lines += [f"**{label}** (d_dot {cell(row.d_dot) if pd.notna(row.d_dot) else 'unbounded'}"
-                  f"): {row.outcome}, {observed(row)}", "",
-                  "| seed | round | n_keys | why | final eval loss | result |",
-                  "|---|---|---|---|---|---|"]
+                  f"): loss view {row.outcome}, {observed(row)}; accuracy view "
+                  f"{row.outcome_acc}, {observed(row, 'accuracy')}", "",
+                  "| seed | round | n_keys | why | final eval loss | accuracy | loss view |",
+                  "|---|---|---|---|---|---|---|"]
         for r in group.itertuples():
             if r.status == "infeasible":
                 result = "infeasible"
@@ -193,7 +258,8 @@ def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -
                     else "passes"
                 result += " (stalled)" if r.stalled else ""
             lines.append(f"| {r.seed} | {int(r.probe_round)} | {r.n_keys} | {r.probe_why} | "
-                         f"{cell(r.final_eval_loss, 4)} | {result} |")
+                         f"{cell(r.final_eval_loss, 4)} | {cell(r.final_eval_accuracy, 4)} | "
+                         f"{result} |")
         lines.append("")
     return lines
 
@@ -216,53 +282,81 @@ def noise(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[str]:
 
 
 def prediction_section(runs: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
-    """Effective rank at the failure point against d_dot as the predictor (``prediction.py``)."""
-    lines = ["## Refined prediction: the effective rank at the failure point", ""]
+    """Each predictor's score per view (``prediction.py``)."""
+    lines = ["## A prediction made before the answer: measured at the n_keys = d_dot probe", ""]
     if not has_diagnostics(runs):
-        return lines + ["No diagnostics: these runs predate them (no effective rank in their "
+        return lines + ["No diagnostics: these runs predate them (no feature ranks in their "
                         "summaries), so only d_dot predicts the failure points.", ""]
-    rows = prediction.compared(capacity)
-    lines += ["Does the effective rank of the written keys' features (diagnostics), reached at the "
-              "failure point, predict it better than d_dot? `effective_rank_at_failure` "
-              "(capacity.csv): per seed that fails at a point, the effective rank of its runs at "
-              "the last pass and the first failure, interpolated at its failure point; the mean "
-              "over those seeds. It is measured on the n_keys written keys of the trained model, "
-              "so it can exceed neither n_keys nor d_dot: at the failure point it sits at or "
-              "below the failure point by construction (failure point / effective rank >= 1, "
-              "up to the interpolation). A small |ln| says the written features are still "
-              "spread evenly where the memory fails, not that the rank was known beforehand; "
-              "a large one, that they collapsed well before.", "",
-              f"Comparison {prediction.compare(capacity).words()}.", ""]
-    if rows.empty:
-        return lines
-    lines += ["| configuration | d_dot | failure point | effective rank at failure | "
-              "failure point / d_dot | failure point / effective rank |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.label} | {r.predicted_capacity} | {r.observed_capacity:.3g} | "
-              f"{r.effective_rank_at_failure:.3g} | {r.ratio:.2f} | {r.rank_ratio:.2f} |"
-              for r in rows.itertuples()]
-    return lines + [""]
+    scores = prediction.score(capacity)
+    lines += [prediction.__doc__.split("\n\n")[1].strip(), "", "| view | configurations | "
+              + " | ".join(prediction.PREDICTORS) + " |", "|---|---|" + "---|"
+              * len(prediction.PREDICTORS)]
+    for view in VIEWS:
+        by = scores.by.get(view) or {}
+        lines.append(f"| {VIEW_WORDS[view]} | {scores.n.get(view, 0)} | "
+                     + " | ".join(cell(by.get(p), 3) for p in prediction.PREDICTORS) + " |")
+    return lines + ["", "Pooled over every committed store: `python -m kernelzoo.prediction "
+                    "results/reference/*/capacity.csv`.", ""]
 
 
-def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, counted: pd.DataFrame) -> list[str]:
-    """The stall rule, the stall rate of every point with a stalled run, and the failure points
-    that setting stalls aside moved (``counted``: the capacity table with stalls as failures)."""
+def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFrame) -> list[str]:
+    """The stall rule, the stall rate of every point with a stalled run, the checks and what
+    they cleared (``checked``: ``stalls.check_outcomes``)."""
     lines = ["## Stalls", ""]
     if not has_diagnostics(runs):
         return lines + ["No diagnostics: these runs predate them (no dead_keys in their "
-                        "summaries), so no run can be told stalled and every failure counts.", ""]
+                        "summaries), so no run can be told stalled; every run counts as it "
+                        "ended.", ""]
     rates = stall_rates(runs)
     lines += [STALL_RULE, ""]
     if rates.empty:
         return lines + ["No run stalled.", ""]
     lines += [f"{int(runs['stalled'].sum())} of {len(runs)} runs stalled, at "
-              f"{plural(len(rates), 'point')} of {plural(rates['label'].nunique(), 'configuration')} "
-              "(each run is listed under \"What is missing or was set aside\").", "",
+              f"{plural(len(rates), 'point')} of {plural(rates['label'].nunique(), 'configuration')}"
+              "; every one counts as it ended in the headline failure points (each run is listed "
+              "under \"What is missing or was set aside\").", "",
               "| configuration | n_keys | stalled seeds | stall rate |", "|---|---|---|---|"]
     lines += [f"| {r.label} | {r.n_keys} | {r.stalled} of {r.seeds} | {r.stalled / r.seeds:.0%} |"
               for r in rates.itertuples()]
-    shifted = moved(capacity, counted)
-    return lines + ["", "Failure points that setting the stalls aside moved: "
-                    + ("; ".join(shifted) if shifted else "none") + ".", ""]
+    lines.append("")
+    if checked.empty:
+        return lines + ["No stall was checked (`stall_check=true` trains a check for each): no "
+                        "failure point is moved by a stall.", ""]
+    lines += [f"Checks: {len(checked)} of {int(runs['stalled'].sum())} stalled runs checked; the "
+              f"checks cleared {int(checked['clears_loss'].sum())} in the loss view and "
+              f"{int(checked['clears_accuracy'].sum())} in the accuracy view.", "",
+              "| configuration | seed | n_keys | check | final eval loss | accuracy | clears "
+              "loss / accuracy |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.label} | {r.seed} | {r.n_keys} | {r.check} | {cell(r.final_eval_loss, 4)} | "
+              f"{cell(r.final_eval_accuracy, 4)} | {'yes' if r.clears_loss else 'no'} / "
+              f"{'yes' if r.clears_accuracy else 'no'} |" for r in checked.itertuples()]
+    moved = capacity[capacity["stalls_cleared"] > 0]
+    lines += ["", "Failure points moved by verified stalls (loss view, secondary column): "
+              + ("; ".join(f"{r.label}: {cell(r.observed_capacity)} as the runs ended, "
+                           f"{cell(r.observed_capacity_verified)} with the cleared stalls set "
+                           "aside" for r in moved.itertuples()) or "none") + "."]
+    return lines + [""]
+
+
+def rank_bound_section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """The rank bound's derivation, each configuration's bound and the runs closest to it."""
+    bounded = capacity[capacity["rank_bound"].notna()]
+    if bounded.empty:
+        return []
+    lines = ["## The rank bound (loss view)", "", rank_bound.DERIVATION, "",
+             "Bounds here: " + "; ".join(f"{r.label} {r.rank_bound}"
+                                         for r in bounded.itertuples()) + "."]
+    floors = runs.dropna(subset=["rank_bound"]).apply(
+        lambda r: rank_bound.loss_floor(r.n_keys, rank_bound.rank(int(r.d_dot), r.update_rule),
+                                        r.eval_max_queries, r.eval_query_batch), axis=1) \
+        if runs["rank_bound"].notna().any() else pd.Series(dtype=float)
+    if len(floors):
+        losses = runs.loc[floors.index, "final_eval_loss"]
+        at = floors[(floors > 0) & (losses <= floors * 1.01)]
+        below = floors[losses < floors * (1 - 1e-4)]
+        lines += ["", f"Runs whose final eval loss lies below their floor: {len(below)} of "
+                  f"{len(floors)}; within 1% above it (the memory at its rank limit): {len(at)}."]
+    return lines + [""]
 
 
 def _counted(invocation: dict) -> str:
@@ -303,13 +397,13 @@ def sweep_lines(history: dict, n_runs: int) -> list[str]:
 
 
 def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
-                 capacity: pd.DataFrame, counted: pd.DataFrame, families: list[scaling.Family],
+                 capacity: pd.DataFrame, checked: pd.DataFrame, families: list[scaling.Family],
                  missing: list[str], damaged: list[str], holes: list[str], figures: list[Path],
                  omitted: list[str], threshold: float, accuracy_threshold: float,
                  rule: str) -> tuple[Path, list[str]]:
     """``report.md``: what ran where, the rule, the table, the stalls, the probes, what is
     missing; with every damaged file listed (``damaged``, an unreadable sweep.json and
-    diagnostics.json: returned too). ``counted``: the capacity table with stalls as failures;
+    diagnostics.json: returned too). ``checked``: the stall checks (``stalls.check_outcomes``);
     ``families``: ``scaling.families``."""
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
@@ -346,7 +440,10 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
         lines += sweep_lines(history, len(runs))
     lines += ["", "## Failure-point rule", "", f"tau = {threshold:g}, accuracy threshold = "
               f"{accuracy_threshold:g}.", "", rule, "",
-              f"## Capacity (loss criterion: final eval loss > {threshold:g})", ""]
+              f"## Capacity in three views (loss: final eval loss > {threshold:g}; accuracy: "
+              f"final eval accuracy < {accuracy_threshold:g}; keys retrieved)", "",
+              "Intervals: median over seeds with the order-statistic interval of its level "
+              "(beside the seed count; " + MEDIAN_WORDS + "); one seed: its bracket.", ""]
     lines += markdown_table(capacity)
     if has_reference(capacity):
         lines += ["", REFERENCE_NOTE]
@@ -367,9 +464,9 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                                                     for r in theirs.itertuples()) + "."]
     lines += ["", *efficiency_table(capacity), *update_rules.section(capacity, runs),
               *learning_rate.section(capacity),
-              *scaling.section(families),
+              *scaling.section(families), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),
-              *stall_section(runs, capacity, counted)]
+              *stall_section(runs, capacity, checked)]
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]
@@ -390,7 +487,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                                                f"{r.reason}" for r in infeasible.itertuples()]),
             ("Isolated failures treated as noise (a failure followed by a pass)",
              noise(runs, seeds)),
-            ("Runs that stalled (see Stalls: set aside where they fail)", stalled),
+            ("Runs that stalled (see Stalls: counted as they ended)", stalled),
             ("Grid holes (each configuration's n_keys x the experiment's seeds)", holes),
             ("Configurations whose seeds disagree on the outcome", mixed)):
         if items is not None:

@@ -1,0 +1,126 @@
+"""The three views of capacity (kernelzoo.capacity) on constructed series with known answers:
+a rank-bound series, a diluted series, and injected stalls, counted by default and moved only
+by a passing check (no training)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from synthetic import analyze_store, write_run
+
+from kernelzoo import analyze, rank_bound
+from kernelzoo.capacity import capacity_table, seed_table
+
+TAU = 0.01
+
+
+def rank_series(exp, seed: int = 1) -> None:
+    """ELU+1 at d_key = d_dot = 16: every key right up to 16, then exactly 16 right (a rank-16
+    memory), the loss on the floor; at 32 keys it holds 12."""
+    for n in (8, 12, 16, 18, 20, 24, 32):
+        r = 16 if n <= 24 else 12
+        loss = 1e-4 if n <= 16 else max(rank_bound.loss_floor(n, 16), 0.5 * (n - r) / n)
+        write_run(exp, n_keys=n, loss=loss, accuracy=min(1.0, r / n), seed=seed, d_key=16,
+                  d_dot=16)
+
+
+def test_a_rank_bound_series_fails_at_exactly_d_dot_in_the_loss_and_keys_views(tmp_path):
+    rank_series(tmp_path / "r")
+    runs, _, _ = analyze.load_runs(tmp_path / "r")
+    runs["rank_bound"] = analyze.rank_bounds(runs, TAU)
+    assert runs["rank_bound"].unique().tolist() == [16]
+    seed = seed_table(runs, TAU, 0.99).iloc[0]
+    # log interpolation between 16 (1e-4) and 18 (0.0556) would say 17.4: beyond the bound
+    assert seed["outcome"] == "fails_at" and seed["value"] == 16.0
+    assert seed["outcome_acc"] == "fails_at" and seed["value_acc"] == pytest.approx(16.18, abs=0.01)
+    assert (seed["outcome_keys"], seed["value_keys"]) == ("fails_at", 16.0)
+    row = capacity_table(runs, seed_table(runs, TAU, 0.99)).iloc[0]
+    assert row["observed_capacity"] <= row["rank_bound"] == 16
+    assert row["ratio_keys"] == 1.0
+
+
+def test_no_reported_loss_view_failure_point_lies_beyond_the_bound(tmp_path):
+    """Even from losses no rank-64 memory can reach (a pass at 65, a failure at 80): n* stays
+    at or below the bound of 65."""
+    for n, loss in ((40, 1e-4), (65, 1e-4), (80, 0.3)):
+        write_run(tmp_path / "b", n_keys=n, loss=loss)
+    exp = analyze_store(tmp_path, "b", TAU)
+    row = pd.read_csv(exp / "capacity.csv").iloc[0]
+    assert row["rank_bound"] == 65 and row["observed_capacity"] == 65
+
+
+def test_a_diluted_series_fails_the_loss_view_early_and_not_the_others(tmp_path):
+    """The loss rises above tau from 14 keys while every key is answered right up to 64."""
+    for n in (8, 12, 14, 16, 24, 32, 48, 64, 96):
+        acc = 1.0 if n <= 64 else 0.6
+        write_run(tmp_path / "d", n_keys=n, loss=0.002 * 2 ** (n / 6), accuracy=acc,
+                  feature_map="taylor", d_key=10, d_dot=66)
+    runs, _, _ = analyze.load_runs(tmp_path / "d")
+    runs["rank_bound"] = analyze.rank_bounds(runs, TAU)
+    seed = seed_table(runs, TAU, 0.99).iloc[0]
+    assert seed["outcome"] == "fails_at" and 12 < seed["value"] < 14
+    assert seed["outcome_acc"] == "fails_at" and 64 < seed["value_acc"] < 96
+    assert (seed["outcome_keys"], seed["value_keys"]) == ("fails_at", 64.0)  # 57.6 at 96
+    exp = analyze_store(tmp_path, "d", TAU)
+    row = pd.read_csv(exp / "capacity.csv").iloc[0]
+    assert row["ratio"] < 0.25 and row["ratio_acc"] > 0.95
+
+
+def stalled_store(exp, check_loss: float | None) -> str:
+    """ELU+1 d_dot 64, two seeds: seed 1 passes to 48 and fails from 56; seed 2 passes to 28,
+    stalls at 31 and 32 (one dead key, loss above tau) and passes at 40 and 48 again, failing
+    from 56. A check of the stall at 32 (``check_loss``: its final loss; None: no check).
+    Returns the stalled run's id at 32."""
+    stall = dict(status="plateau", diagnostics={"dead_keys": 1}, dead=[
+        {"key": 3, "confused_with": 7}])
+    for n in (16, 28, 40, 48, 56, 64):
+        write_run(exp, n_keys=n, loss=1e-4 if n <= 48 else 0.3, seed=1,
+                  diagnostics={"dead_keys": 0 if n <= 48 else 9})
+        if n != 40:
+            write_run(exp, n_keys=n, loss=1e-4 if n <= 48 else 0.3, seed=2,
+                      diagnostics={"dead_keys": 0 if n <= 48 else 9})
+    write_run(exp, n_keys=31, loss=0.016, accuracy=30 / 31, seed=2, **stall)
+    stalled = write_run(exp, n_keys=32, loss=0.0155, accuracy=31 / 32, seed=2, **stall).name
+    write_run(exp, n_keys=40, loss=1e-4, seed=2, diagnostics={"dead_keys": 0})
+    if check_loss is not None:  # the same run with a longer stopping rule, under its own id
+        check = write_run(exp.parent / "checks", n_keys=32, loss=check_loss, seed=2,
+                          accuracy=1.0 if check_loss <= TAU else 31 / 32,
+                          diagnostics={"dead_keys": 0, "stall_check_of": stalled})
+        summary = json.loads((check / "summary.json").read_text())
+        (check / "summary.json").write_text(json.dumps({**summary, "run_id": f"{stalled}-check"}))
+        check.rename(exp / "runs" / f"{stalled}-check")
+    return stalled
+
+
+def test_injected_stalls_count_as_they_ended(tmp_path):
+    stalled_store(tmp_path / "s", None)
+    exp = analyze_store(tmp_path, "s", TAU)
+    runs = pd.read_parquet(exp / "runs.parquet")
+    assert runs["stalled"].sum() == 2  # the runs at 31 and 32 of seed 2, diagnosed
+    table = pd.read_csv(exp / "capacity.csv").iloc[0]
+    assert table["stalled_runs"] == 2 and table["stalls_checked"] == 0
+    seeds = seed_table(runs.assign(rank_bound=65), TAU, 0.99)
+    seed2 = seeds[seeds["seed"] == 2].iloc[0]
+    assert seed2["outcome"] == "fails_at" and 28 < seed2["value"] < 31  # the stall counts
+    assert table["observed_capacity_verified"] == table["observed_capacity"]
+    report = (exp / "report.md").read_text()
+    assert "No stall was checked" in report
+
+
+@pytest.mark.parametrize("check_loss, moves", [(1e-4, True), (0.02, False)])
+def test_a_stall_moves_a_number_only_where_its_check_passes(tmp_path, check_loss, moves):
+    stalled = stalled_store(tmp_path / "s", check_loss)
+    exp = analyze_store(tmp_path, "s", TAU)
+    table = pd.read_csv(exp / "capacity.csv").iloc[0]
+    assert table["stalls_checked"] == 1 and table["stalls_cleared"] == int(moves)
+    headline = table["observed_capacity"]
+    # the headline never moves; the verified column moves only with a passing check (and only
+    # the checked stall at 32: the unchecked one at 31 still counts, so seed 2 fails from 31)
+    assert table["observed_capacity_verified"] == headline or moves
+    runs = pd.read_parquet(exp / "runs.parquet")
+    assert runs["stall_check_of"].eq(stalled).sum() == 1  # the check is stored, not a point
+    assert len(pd.read_csv(exp / "capacity.csv")) == 1
+    report = (exp / "report.md").read_text()
+    assert f"cleared {int(moves)} in the loss view" in report
