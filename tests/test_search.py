@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from kernelzoo.analyze import loss_failure
-from kernelzoo.search import (Probe, SearchConf, Spec, Verdict, default_resolution, failing,
-                              make_spec, next_probes)
+from kernelzoo.capacity import accuracy_failing
+from kernelzoo.search import (Observation, Peak, Probe, SearchConf, Spec, Verdict,
+                              default_resolution, failing, make_spec, next_probes, search_views)
 
 
 def run_search(spec: Spec, fails, max_rounds: int = 60, loss=None):
@@ -156,7 +157,7 @@ def test_failing_matches_the_analysis():
 
 def test_make_spec_defaults_to_the_grid_range_and_5_percent():
     s = make_spec(SearchConf(name="bisect"), 384, 64, [20, 600])
-    assert (s.min_keys, s.max_keys, s.resolution) == (20, 600, 0.05 * 384)
+    assert (s.min_keys, s.max_keys, s.resolution) == (20, 4 * 384, 0.05 * 384)  # 4 x d_dot
     assert make_spec(SearchConf(name="bisect"), 16, 16, [4, 40]).resolution == 2.0
     assert make_spec(SearchConf(name="bisect", min_keys=8, resolution=20), None, 64,
                      [20, 600]).min_keys == 8
@@ -192,3 +193,175 @@ def test_split_stays_in_the_middle_half_and_falls_back_to_the_midpoint():
     assert near[0].n_keys == 432  # crossing at 432 exactly
     assert next_probes(s, observed, {})[0] == Probe(432, "bisect [384, 480]")
     assert next_probes(s, observed, {384: 1e-3, 480: math.nan})[0].n_keys == 432
+
+
+# Every view of capacity (search_views): loss, accuracy and keys retrieved, on oracles
+# ``observe(n) -> (final eval loss, final eval accuracy)``.
+
+
+def run_views(spec: Spec, observe, observed: dict | None = None, max_rounds: int = 60):
+    """Play the rounds of every view from ``observed`` (n -> Observation; a search already in
+    the store): the last Views, the new probes in order (n, why) and the number of rounds."""
+    observed, probes = dict(observed or {}), []
+    for rounds in itertools.count(1):
+        assert rounds <= max_rounds, f"no verdicts after {max_rounds} rounds: {probes}"
+        views = search_views(spec, observed)
+        if views.located:
+            assert all(v is not None for v in views.verdicts.values()), views
+            return views, probes, rounds - 1
+        assert [p.n_keys for p in views.probes] == sorted({p.n_keys for p in views.probes})
+        for p in views.probes:
+            assert p.n_keys not in observed, f"n_keys={p.n_keys} probed twice"
+            assert spec.min_keys <= p.n_keys <= spec.max_keys
+            assert any(p.why.startswith(v) for v in ("loss", "accuracy", "keys retrieved")), p
+            observed[p.n_keys] = Observation(*observe(p.n_keys))
+            probes.append((p.n_keys, p.why))
+
+
+def rank_bound(d_dot: int, decay: float = 1.0):
+    """Loss fails right above d_dot; accuracy (d_dot / n) ** decay above it: K = n x accuracy
+    is flat at d_dot for decay 1, falls past d_dot for decay > 1."""
+    return lambda n: (1e-4, 1.0) if n <= d_dot else (0.2, (d_dot / n) ** decay)
+
+
+def test_rank_bound_series_keys_retrieved_is_flat_and_bounded_by_max_keys():
+    s = spec(64, lo=8, hi=256)
+    views, probes, rounds = run_views(s, rank_bound(64))
+    loss, accuracy, keys = (views.verdicts[v] for v in ("loss", "accuracy", "keys_retrieved"))
+    check_located(loss, 65, s.resolution)
+    check_located(accuracy, 65, s.resolution)  # 64 / 65 < 0.99
+    # K = 64 from 64 keys up, never smaller: up to max_keys, bounded there
+    assert keys == Peak("never_peaks", keys=64.0, at=64, bound=256)
+    ns = [n for n, _ in probes]
+    assert ns[:2] == [32, 64] and max(ns) == 256 and len(ns) == len(set(ns))
+    assert rounds <= 8 and len(ns) <= 10, probes
+
+
+def test_rank_bound_series_with_falling_accuracy_peaks_at_d_dot():
+    s = spec(64, lo=8, hi=256)
+    views, probes, _ = run_views(s, rank_bound(64, decay=2))
+    keys = views.verdicts["keys_retrieved"]
+    assert keys.outcome == "peaks" and (keys.keys, keys.at) == (64.0, 64), keys
+    assert keys.passed_at > 64 and max(n for n, _ in probes) < 256  # no probe to max_keys
+
+
+def diluted(loss_fails_at: int, accuracy_holds_to: int):
+    """Loss above tau from ``loss_fails_at`` keys on, accuracy 1.0 up to ``accuracy_holds_to``
+    keys and (holds_to / n) ** 2 above (K falls past it)."""
+    def observe(n):
+        loss = 1e-3 if n < loss_fails_at else 0.02 * 10 ** ((n - loss_fails_at) / 40)
+        return loss, 1.0 if n <= accuracy_holds_to else (accuracy_holds_to / n) ** 2
+    return observe
+
+
+def test_diluted_series_is_probed_past_d_dot_for_accuracy_and_keys_retrieved():
+    """Loss fails at 13 keys, accuracy holds to 2 x d_dot = 64: the accuracy and keys retrieved
+    views are probed past d_dot, each located."""
+    s = make_spec(SearchConf(name="bisect"), 32, 32, [4, 80])
+    assert s.max_keys == 128  # 4 x d_dot, above the grid's 80
+    views, probes, rounds = run_views(s, diluted(13, 64))
+    loss, accuracy, keys = (views.verdicts[v] for v in ("loss", "accuracy", "keys_retrieved"))
+    check_located(loss, 13, s.resolution)
+    check_located(accuracy, 65, s.resolution)
+    assert keys.outcome == "peaks" and keys.at == accuracy.last_pass == keys.keys
+    assert keys.passed_at > keys.at
+    asked = {n: why for n, why in probes}
+    assert [n for n in asked if n > 32 and why_of(asked[n], "accuracy")], probes
+    assert not any(why_of(why, "loss") for n, why in probes if n > 40), probes  # loss: below
+    assert rounds <= 12 and len(probes) <= 16, probes
+
+
+def why_of(why: str, view: str) -> bool:
+    """Whether the view asked for a probe whose why is ``why``."""
+    return any(view in part.split(":")[0] for part in why.split("; "))
+
+
+def test_first_round_is_shared_and_each_why_names_its_views():
+    s = spec(64, lo=8, hi=256)
+    assert search_views(s, {}).probes == (
+        Probe(32, "loss, accuracy, keys retrieved: bracket: 0.5 x d_dot"),
+        Probe(64, "loss, accuracy, keys retrieved: bracket: 1 x d_dot"))
+    ok, bad = Observation(1e-4, 1.0), Observation(0.5, 0.5)
+    views = search_views(s, {32: ok, 64: Observation(0.05, 1.0)})  # loss fails, accuracy holds
+    assert views.probes == (
+        Probe(56, "loss: interpolate [32, 64]: loss crosses tau near 56"),
+        Probe(80, "accuracy: bracket: 1.25 x d_dot (every probe up to 64 passes); keys "
+                  "retrieved: bracket: 1.25 x d_dot (K = n x accuracy is largest at the top "
+                  "probe, 64)"))
+    assert views.verdicts == {"loss": None, "accuracy": None, "keys_retrieved": None}
+    assert search_views(s, {32: ok, 64: bad, 40: bad}).verdicts["keys_retrieved"] == \
+        Peak("peaks", keys=32.0, at=32, passed_at=40)
+
+
+def test_accuracy_bracket_is_split_where_the_accuracy_crosses_linearly():
+    s = spec(64, lo=8, hi=256)
+    obs = {32: Observation(1e-4, 1.0), 64: Observation(1e-4, 0.98), 80: Observation(1e-4, 0.9)}
+    accuracy = [p for p in search_views(s, obs).probes if why_of(p.why, "accuracy")]
+    # crossing at 32 + (1 - 0.99) / (1 - 0.98) x 32 = 48, inside the middle half [40, 56]
+    assert accuracy == [Probe(48, "accuracy: interpolate [32, 64]: accuracy crosses 0.99 near "
+                                  "48")]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_views_depend_only_on_the_set_of_observations(seed):
+    rng = random.Random(seed)
+    d_dot = rng.choice([16, 32, 64, 128])
+    observe = diluted(rng.randint(2, d_dot), rng.randint(d_dot // 2, 3 * d_dot))
+    s = spec(d_dot, lo=4, hi=4 * d_dot)
+    views, probes, _ = run_views(s, observe)
+    observed = {n: Observation(*observe(n)) for n, _ in probes}
+    for _ in range(3):
+        items = list(observed.items())
+        rng.shuffle(items)
+        assert search_views(s, dict(items)) == views
+        subset = dict(items[:rng.randint(0, len(items))])
+        again = dict(sorted(subset.items(), key=lambda kv: rng.random()))
+        assert search_views(s, subset) == search_views(s, again)
+        # continued from any subset, every view is located and nothing is probed twice
+        done, more, _ = run_views(s, observe, subset)
+        assert not {n for n, _ in more} & set(subset)
+
+
+def test_bounded_map_is_searched_up_to_4_d_dot():
+    conf = SearchConf(name="bisect")
+    assert make_spec(conf, 64, 16, [8, 160]).max_keys == 256
+    assert make_spec(conf, 64, 16, [8, 600]).max_keys == 600  # the grid's, when larger
+    assert make_spec(conf, 66, 16, [8, 165]).max_keys == 264
+    assert make_spec(SearchConf(name="bisect", max_keys=100), 64, 16, [8, 160]).max_keys == 100
+    assert make_spec(conf, None, 64, [20, 600]).max_keys == 600  # unbounded: the grid's
+    s = make_spec(conf, 64, 16, [8, 160])
+    views, probes, _ = run_views(s, lambda n: (1e-4, 1.0))  # never fails
+    assert views.verdicts["loss"] == views.verdicts["accuracy"] == Verdict("never_fails", 256)
+    assert views.verdicts["keys_retrieved"] == Peak("never_peaks", keys=256.0, at=256, bound=256)
+    assert [n for n, _ in probes] == [32, 64, 80, 160, 256]
+
+
+def test_a_loss_only_search_continues_with_the_other_views_only():
+    """A store searched by the loss rule alone: its probes are replayed, the search asks only
+    for what the accuracy and keys retrieved views need."""
+    s = spec(32, lo=4, hi=128)
+    observe = diluted(13, 64)
+    old, old_probes, _ = run_search(s, lambda n: observe(n)[0] > 0.01,
+                                    loss=lambda n: observe(n)[0])
+    check_located(old, 13, s.resolution)
+    stored = {n: Observation(*observe(n)) for n in old_probes}
+    views, probes, _ = run_views(s, observe, stored)
+    assert views.verdicts["loss"] == old  # nothing more to learn about the loss
+    assert probes and not any(why_of(why, "loss") for _, why in probes), probes
+    assert not {n for n, _ in probes} & set(stored)
+    check_located(views.verdicts["accuracy"], 65, s.resolution)
+    # a finished search asks for nothing
+    final = {**stored, **{n: Observation(*observe(n)) for n, _ in probes}}
+    assert search_views(s, final).located
+
+
+def test_observation_rules_are_the_analysis_rules():
+    for loss, acc, diverged in [(1e-3, 1.0, False), (0.02, 0.995, False), (1e-3, 0.98, False),
+                                (None, None, False), (1e-3, 1.0, True), (math.nan, 0.99, False)]:
+        o = Observation(loss, acc, diverged)
+        number = lambda v: math.nan if v is None else v  # noqa: E731
+        assert o.loss_fails(0.01) == bool(failing(number(loss), diverged, 0.01))
+        assert o.accuracy_fails(0.99) == bool(accuracy_failing(number(acc), diverged, 0.99))
+    assert Observation(1e-3, 0.5).keys_retrieved(40) == 20.0
+    assert Observation(1e-3, 1.0, diverged=True).keys_retrieved(40) == 0.0
+    assert Observation(1e-3, None).keys_retrieved(40) == 0.0

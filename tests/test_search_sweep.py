@@ -5,9 +5,16 @@ nothing, and the analysis of its sparse probes."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
+from pathlib import Path
 
 from conftest import DONE, analyze, smoke_args, sweep
+
+from kernelzoo.config import SearchConf
+from kernelzoo.search import Observation, make_spec, search_views
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 
 SEARCH = ["search=bisect", "seed=1,2"]
 
@@ -26,8 +33,11 @@ def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path
     trained_first = set(DONE.findall(first.stdout))
     series = probes_of(results)
     assert len(series) == 8  # 4 configurations x 2 seeds
-    assert Counter(s["verdict"]["outcome"] for s in series.values()) == \
+    # the series' search is unfinished; "verdict" is the loss view's, which may be located
+    assert Counter("unfinished" if any(v["outcome"] == "unfinished" for v in s["verdicts"].values())
+                   else s["verdict"]["outcome"] for s in series.values()) == \
         {"unfinished": 6, "infeasible": 2}
+    assert all(s["verdict"] == s["verdicts"]["loss"] for s in series.values())
 
     second = sweep("smoke", smoke_args(results, *SEARCH), cli_env)
     assert second.returncode == 0, second.explain()
@@ -38,6 +48,11 @@ def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path
     for s in series.values():
         assert s["verdict"]["outcome"] in ("fails_at", "fails_everywhere", "never_fails",
                                            "infeasible"), s
+        assert s["verdict"] == s["verdicts"]["loss"]
+        assert s["verdicts"]["accuracy"]["outcome"] in ("fails_at", "fails_everywhere",
+                                                        "never_fails", "infeasible"), s
+        assert s["verdicts"]["keys_retrieved"]["outcome"] in ("peaks", "never_peaks",
+                                                              "infeasible"), s
         ns = [p["n_keys"] for p in s["probes"]]
         assert len(ns) == len(set(ns)), ns  # never the same n_keys twice for one seed
         assert all("run_id" in p and p["why"] for p in s["probes"])
@@ -66,3 +81,37 @@ def test_bad_search_settings_fail_in_one_line_before_training(tmp_path, cli_env)
         assert res.returncode != 0, bad
         assert needle in res.stderr and "Traceback" not in res.output, res.explain()
         assert not list(results.rglob("summary.json")), bad
+
+
+def test_a_loss_only_search_in_the_store_is_continued_from_its_probes(tmp_path, cli_env):
+    """The committed zoo store was searched by the loss rule alone (and has no index): a dry
+    run on a copy reads every recorded probe of the series back and asks only for the probe
+    the pure logic wants next from those observations."""
+    results = tmp_path / "results"
+    shutil.copytree(REFERENCE / "zoo", results / "zoo")
+    before = (results / "zoo" / "search.json").read_text()
+    res = sweep("zoo", [f"results_dir={results}", "grids=[2]", "seed=1", "dry_run=true"],
+                cli_env)
+    assert res.returncode == 0, res.explain()
+    series = [s for s in json.loads(before)["series"].values()
+              if "feature_map=rebased" in s["overrides"] and "seed=1" in s["overrides"]]
+    assert len(series) == 1 and series[0]["verdict"]["outcome"] == "fails_at"
+    probes = series[0]["probes"]
+    assert f"search: {len(probes)} probes of the search so far read back" in res.stdout
+    observed = {}
+    for p in probes:
+        summary = json.loads((results / "zoo" / "runs" / p["run_id"] / "summary.json").read_text())
+        observed[p["n_keys"]] = Observation(summary["final_eval_loss"],
+                                            summary["final_eval_accuracy"],
+                                            summary["status"] == "diverged")
+    spec = make_spec(SearchConf(name="bisect"), 65, 0, [8, 163])
+    assert spec.max_keys == 260  # 4 x d_dot, above the grid's 163
+    views = search_views(spec, observed)
+    assert views.verdicts["loss"] is not None  # the loss view asks for nothing more
+    assert views.probes and not any(p.why.startswith("loss") for p in views.probes)
+    last = max(p["round"] for p in probes)
+    wanted = ", ".join(str(p.n_keys) for p in views.probes)
+    assert f"round {last + 1}: planning {len(views.probes)} probe" in res.stdout, res.stdout
+    assert f"n_keys={wanted}" in res.stdout
+    assert not DONE.findall(res.stdout)
+    assert (results / "zoo" / "search.json").read_text() == before  # a dry run writes nothing

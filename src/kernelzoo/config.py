@@ -154,10 +154,12 @@ class SearchConf:
                                                                for m in v))
     start: int | None = count(None)       # unbounded d_dot: first n_keys of the doubling (None: d_key)
     min_keys: int | None = count(None)    # None: the smallest n_keys of the configuration's grid
-    max_keys: int | None = count(None)    # None: the largest n_keys of the configuration's grid
+    max_keys: int | None = count(None)    # None: the largest n_keys of the grid, at least 4 d_dot
     resolution: float | None = rule(None, "a number of keys >= 1",  # None: max(2, 0.05 d_dot)
                                     lambda v: math.isfinite(v) and v >= 1)
     threshold: float = fraction(0.01)     # tau of the analysis (conf/analyze.yaml)
+    accuracy_threshold: float = rule(0.99, "a number in (0, 1]",  # the accuracy view's
+                                     lambda v: 0 < v <= 1)  # (the analysis' accuracy criterion)
     max_rounds: int = count(40)
 
 

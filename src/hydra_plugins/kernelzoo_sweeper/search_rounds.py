@@ -1,24 +1,31 @@
 """``search=bisect``: the grid sweeper's rounds of failure-point probes.
 
 The grids' points without their n_keys are the *series* (configuration and seed); each series'
-n_keys values give its range. Every round asks ``kernelzoo.search.next_probes`` for each
-unfinished series' next probes, reads the probes the store already holds (a rerun or an
-interrupted search replays them without training) and launches all the others together as one
-launcher batch, so rounds, not points, set the wall time. Each probe is an ordinary run of the
-experiment: resumable, skipped on rerun, visible in wandb.
+n_keys values give its range. Every round asks ``kernelzoo.search.search_views`` for each
+unfinished series' next probes (until every view of capacity, loss, accuracy and keys
+retrieved, is located), reads the probes the store already holds and launches all the others
+together as one launcher batch, so rounds, not points, set the wall time. Each probe is an
+ordinary run of the experiment: resumable, skipped on rerun, visible in wandb. A probe is read
+back by the run id its point resolves to (the series' identity at that n_keys), else through
+the store's index.
+
+A search already in the store continues from its probes: before the first round, every probe
+search.json records for a series is read back (final eval loss, accuracy, diverged) and folded
+in, so a rerun, an interrupted search or one made by an older rule (the loss alone) trains only
+the probes still missing; new rounds are numbered after the last one recorded.
 
 Each series is planned from the check of its first grid point (``points.py``), so it is
 composed exactly as its jobs will be. After every round it rewrites
 ``<results_dir>/<experiment>/search.json`` (atomic): per series its overrides, d_dot, range,
-resolution, the probes in order with round and reason, and the verdict. The analysis reads it
-to say which points were probed and why.
+resolution, the probes in order with round and reason (the views that asked for it), the loss
+view's verdict (``verdict``) and every view's (``verdicts``). The analysis reads it to say which
+points were probed and why.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sys
 from collections import Counter
 from dataclasses import asdict
@@ -26,9 +33,9 @@ from dataclasses import asdict
 from filelock import FileLock
 from omegaconf import OmegaConf
 
-from kernelzoo import files, store
+from kernelzoo import config, files, store
 from kernelzoo.config import SearchConf
-from kernelzoo.search import Probe, Verdict, failing, make_spec, next_probes
+from kernelzoo.search import VIEWS, Observation, Probe, make_spec, search_views
 from kernelzoo.words import plural
 
 from .points import fail, override_key, override_value
@@ -43,18 +50,36 @@ class Series:
         self.key = " ".join(sorted(o for o in overrides if not o.startswith("search")))
         self.spec = None
         self.d_dot = None
-        self.observed: dict[int, bool] = {}
-        self.losses: dict[int, float] = {}
+        self.identity = self.task = None  # the run identity of its first point, and its task
+        self.observed: dict[int, Observation] = {}
         self.probes: list[dict] = []
-        self.verdict: dict | None = None
+        self.verdicts: dict[str, dict | None] = dict.fromkeys(VIEWS)
+        self.verdict: dict | None = None  # the loss view's, or why the search stopped
+        self.done = False
+        self.outcome: str | None = None  # once done: the loss view's outcome, or why it stopped
 
     def point(self, n_keys: int) -> list[str]:
         return [*self.overrides, f"n_keys={n_keys}"]
 
+    def identity_at(self, n_keys: int) -> dict:
+        """The run identity of the series' point at ``n_keys`` (``kernelzoo.train.plan``'s)."""
+        task = self.task
+        seq_len, eval_seq_len = config.sequence_lengths(n_keys, task.replacement, task.seq_len,
+                                                        task.eval_seq_len)
+        return {**self.identity, "n_keys": n_keys,
+                "task": {**vars(task), "seq_len": seq_len, "eval_seq_len": eval_seq_len}}
+
+    def stop(self, outcome: str, reason: str | None = None) -> None:
+        """End the search of this series: every view not located records why."""
+        why = {"outcome": outcome, **({"reason": reason} if reason else {})}
+        self.verdicts = {v: why if outcome == "infeasible" else (self.verdicts[v] or why)
+                         for v in VIEWS}
+        self.verdict, self.done, self.outcome = self.verdicts["loss"], True, outcome
+
     def record(self) -> dict:
         return {"overrides": list(self.overrides), "d_dot": self.d_dot,
                 "spec": None if self.spec is None else asdict(self.spec),
-                "probes": self.probes, "verdict": self.verdict}
+                "probes": self.probes, "verdict": self.verdict, "verdicts": self.verdicts}
 
 
 class SearchRounds:
@@ -66,6 +91,7 @@ class SearchRounds:
         self.exp_dir = store.experiment_dir(self.config.results_dir, self.config.experiment)
         self.series: list[Series] = []
         self.rounds = self.total = 0
+        self.planned: dict[str, list[int]] = {}  # dry run: the new probes of each series
 
     def _series(self, points: list[list[str]]) -> list[Series]:
         groups: dict[tuple, list[int]] = {}
@@ -97,6 +123,9 @@ class SearchRounds:
         series.key = f"{identity['feature_map']}-seed{identity['seed']}-{digest.hexdigest()[:8]}"
         d_dot = identity["d_dot"]
         series.d_dot = d_dot
+        series.identity, series.task = p["identity"], p["task"]
+        if series.grid_keys and series.identity_at(series.grid_keys[0]) != p["identity"]:
+            series.identity = None  # not derivable here: read its probes through the index
         series.spec = make_spec(self.conf, d_dot, p["phi"].d_key, series.grid_keys
                                 or [self.conf.min_keys, self.conf.max_keys])
 
@@ -111,9 +140,10 @@ class SearchRounds:
             self._plan(series)
         print(f"sweep {self.config.experiment}: search=bisect over {len(all_series)} "
               "configurations x seeds")
+        last = self._resume(all_series)
         returns = []
-        for round_no in range(1, self.conf.max_rounds + 1):
-            wanted = [(s, p) for s in all_series if s.verdict is None for p in self._next(s)]
+        for round_no in range(last + 1, last + self.conf.max_rounds + 1):
+            wanted = [(s, p) for s in all_series if not s.done for p in self._next(s)]
             if not wanted:
                 break
             for s, p in wanted:
@@ -131,51 +161,107 @@ class SearchRounds:
                                            label=f"round {round_no}")
             for s, p in todo:
                 if self.config.dry_run:  # the probes are planned, nothing is trained
-                    s.verdict = {"outcome": "dry_run", "reason": f"next: n_keys={p.n_keys}"}
-                elif not self._read(s, p.n_keys):
-                    s.verdict = {"outcome": "lost", "reason": f"the probe at n_keys="
-                                 f"{p.n_keys} left no summary; rerun the sweep to retry it"}
+                    self.planned.setdefault(s.key, []).append(p.n_keys)
+                elif not self._read(s, p.n_keys) and not s.done:
+                    s.stop("lost", f"the probe at n_keys={p.n_keys} left no summary; rerun the "
+                           "sweep to retry it")
+            for key, ns in self.planned.items():
+                s = next(s for s in all_series if s.key == key)
+                if not s.done:
+                    s.stop("dry_run", f"next: n_keys={', '.join(map(str, sorted(ns)))}")
             self._write(all_series)
         else:
             for s in all_series:
-                s.verdict = s.verdict or {"outcome": "unfinished",
-                                          "reason": f"search.max_rounds={self.conf.max_rounds}"}
+                if not s.done and self._next(s):
+                    s.stop("unfinished", f"search.max_rounds={self.conf.max_rounds}")
         self._write(all_series)
-        verdicts = Counter(s.verdict["outcome"] for s in all_series)
+        verdicts = Counter(s.outcome for s in all_series)
         print(f"search: {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items()))}; "
               f"{plural(self.rounds, 'round')} launched, {plural(self.total, 'probe')}")
+        if self.config.dry_run:
+            new = sum(map(len, self.planned.values()))
+            print(f"search (dry run): {plural(new, 'new probe')} asked for next, in "
+                  f"{len(self.planned)} series" +
+                  "".join(f"\n  {k}: n_keys={', '.join(map(str, sorted(ns)))}"
+                          for k, ns in sorted(self.planned.items())))
         return returns
 
-    def _next(self, series: Series) -> list:
+    def _resume(self, all_series: list[Series]) -> int:
+        """Fold in the probes search.json records for each series and the store still holds
+        (read back as any probe is): the search continues from all of them. Returns the last
+        round recorded, after which this invocation's rounds are numbered."""
+        try:
+            record = store.read_search(self.exp_dir) or {}
+        except store.StoreError:
+            return 0  # _write sets the damaged record aside
+        last = resumed = 0
+        for series in all_series:
+            old = record.get(series.key) or {}
+            for p in old.get("probes", []) if series.spec is not None else []:
+                n = p.get("n_keys") if isinstance(p, dict) else None
+                if not isinstance(n, int) or n in series.observed or series.done:
+                    continue
+                series.probes.append({k: p[k] for k in ("n_keys", "round", "why") if k in p})
+                if not self._read(series, n):
+                    series.probes.pop()
+                    continue
+                resumed += 1
+                if isinstance(p.get("round"), int):
+                    last = max(last, p["round"])
+        if resumed:
+            print(f"search: {plural(resumed, 'probe')} of the search so far read back from the "
+                  "store")
+        self.total += resumed
+        self.sweeper.outcomes["skipped"] += resumed
+        return last
+
+    def _next(self, series: Series) -> list[Probe]:
         if series.spec is None:  # infeasible: its one probe records why
             n = series.grid_keys[0] if series.grid_keys else self.conf.min_keys
             if series.probes:
-                series.verdict = series.verdict or {"outcome": "infeasible"}
+                if not series.done:
+                    series.stop("infeasible")
                 return []
             return [Probe(n, "record why the configuration is infeasible")]
-        nxt = next_probes(series.spec, series.observed, series.losses)
-        if isinstance(nxt, Verdict):
-            series.verdict = {k: v for k, v in asdict(nxt).items() if v is not None}
-            return []
-        return nxt
+        views = search_views(series.spec, series.observed)
+        series.verdicts = {v: None if verdict is None else
+                           {k: x for k, x in asdict(verdict).items() if x is not None}
+                           for v, verdict in views.verdicts.items()}
+        if views.located:
+            series.verdict, series.done = series.verdicts["loss"], True
+            series.outcome = series.verdict["outcome"]
+        return list(views.probes)
+
+    def _summary(self, series: Series, n_keys: int) -> dict | None:
+        """The summary of the series' finished run at ``n_keys``, or None: by the run id its
+        point resolves to, else through the store's index."""
+        if series.identity is not None:
+            from kernelzoo.train import locate
+
+            _, path = locate(self.config, series.identity_at(n_keys))
+            if store.is_done(path):
+                try:
+                    return store.read_summary(path)
+                except store.StoreError:
+                    pass  # the index, or the job, says what is wrong with it
+        return self.sweeper.indexed(series.point(n_keys))
 
     def _read(self, series: Series, n_keys: int) -> bool:
         """Fold a finished probe into its series; False if the store has no result for it."""
-        summary = self.sweeper.indexed(series.point(n_keys))
+        summary = self._summary(series, n_keys)
         if summary is None:
             return False
         probe = next(p for p in series.probes if p["n_keys"] == n_keys)
         probe["run_id"] = summary["run_id"]
         if summary["status"] == "infeasible":
-            series.verdict = {"outcome": "infeasible", "reason": summary["reason"]}
+            series.stop("infeasible", summary["reason"])
             return True
-        loss = summary["final_eval_loss"]
-        fails = bool(failing(math.nan if loss is None else float(loss),
-                             summary["status"] == "diverged", self.conf.threshold))
-        probe["fails"] = fails
-        series.observed[n_keys] = fails
-        if loss is not None and summary["status"] != "diverged":
-            series.losses[n_keys] = float(loss)
+        seen = Observation(summary.get("final_eval_loss"), summary.get("final_eval_accuracy"),
+                           summary["status"] == "diverged")
+        probe["fails"] = seen.loss_fails(self.conf.threshold)
+        probe["accuracy_fails"] = seen.accuracy_fails(self.conf.accuracy_threshold)
+        probe["keys_retrieved"] = seen.keys_retrieved(n_keys)
+        series.observed[n_keys] = seen
         return True
 
     def _write(self, all_series: list[Series]) -> None:
