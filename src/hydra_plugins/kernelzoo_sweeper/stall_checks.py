@@ -10,9 +10,10 @@ number only where a check shows that the keys can be learned.
 The check, and why this one. Each stalled run is trained again with exactly its own overrides,
 plus ``trainer.patience`` x 3, ``trainer.max_steps`` x 2 and ``stall_check_of=<its run_id>``.
 The same seed gives the same initialisation and the same training and evaluation streams, and
-neither setting changes anything but when the loop stops (``runner.py``), so the check replays
-the stalled run's trajectory up to the step where that run stopped and then keeps training from
-there. That is "continue the stalled run from its final state", which the store cannot do
+neither setting changes anything but when the loop stops (``runner.py``; a larger patience never
+stops a run earlier), so the check replays the stalled run's trajectory up to the step where that
+run stopped (its last evaluation at a multiple of ``eval_every``: a step cap off that grid ends a
+run with one evaluation the check does not make) and then keeps training from there. That is "continue the stalled run from its final state", which the store cannot do
 directly (a run's checkpoint is deleted when it ends); the replay costs the stalled run's steps
 again, and is exact for a run trained alone (bit for bit: the same curve.csv rows), while a run
 trained in a pack beside others (``pack.py``) is replayed to float32 rounding. The question it
