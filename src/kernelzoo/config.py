@@ -186,6 +186,9 @@ class Config:
                                    "grids=[0,2]", lambda v: all(i >= 0 for i in v))
     pack_members: list[list[int]] = field(default_factory=list)  # set by the sweeper: the
     # [n_keys, seed] of the runs trained in this job beside this point (pack.py)
+    stall_check: bool = False  # a sweep: afterwards, retrain each stalled run longer (README)
+    stall_check_of: str | None = name(None)  # set by the sweeper on such a check: the run_id
+    # of the stalled run it retrains; part of the run's identity when set
 
 
 @dataclass

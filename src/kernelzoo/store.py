@@ -57,6 +57,11 @@ SUMMARY_TYPES = {  # key: (test, what it must be)
        for k in ("run_id", "feature_map", "update_rule", "status")},
     "feature_map_params": (lambda v: isinstance(v, dict), "an object"),
 }
+# written by this version, absent from older summaries (read as null): key: (test, what)
+OPTIONAL_SUMMARY_TYPES = {
+    "stall_check_of": (lambda v: v is None or isinstance(v, str) and is_name(v),
+                       "a run id or null"),
+}
 
 
 def _short(value) -> str:
@@ -71,13 +76,15 @@ def run_id(identity: dict, params_in_name: dict) -> str:
     """Readable, deterministic id, e.g. ``dpfp-nu2-dkey64-S260-sum-seed1-3fa9c1d2``.
 
     ``identity`` is everything that defines the experiment (not logging or launcher settings);
-    its hash makes the id unique. ``params_in_name`` are the feature-map parameters shown.
+    its hash makes the id unique. ``params_in_name`` are the feature-map parameters shown. A
+    stall check (``identity["stall_check_of"]``, absent otherwise) ends in ``-check-<hash>``.
     """
     blob = json.dumps(identity, sort_keys=True, default=str)
     digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
     params = "".join(f"-{k}{_short(v)}" for k, v in params_in_name.items())
     name = (f"{identity['feature_map']}{params}-dkey{identity['d_key']}-S{identity['n_keys']}"
-            f"-{identity['memory']['update_rule']}-seed{identity['seed']}-{digest}")
+            f"-{identity['memory']['update_rule']}-seed{identity['seed']}"
+            f"{'-check' if identity.get('stall_check_of') else ''}-{digest}")
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
@@ -260,6 +267,10 @@ def read_summary(path: Path) -> dict:
     if missing:
         raise StoreError(f"{file}: summary lacks {', '.join(missing)}")
     for key, (ok, what) in SUMMARY_TYPES.items():
+        if not ok(summary[key]):
+            raise StoreError(f"{file}: {key} is {json.dumps(summary[key])[:40]}, not {what}")
+    for key, (ok, what) in OPTIONAL_SUMMARY_TYPES.items():
+        summary.setdefault(key, None)
         if not ok(summary[key]):
             raise StoreError(f"{file}: {key} is {json.dumps(summary[key])[:40]}, not {what}")
     if summary["status"] not in STATUSES:

@@ -77,6 +77,8 @@ def plan(cfg: DictConfig) -> dict:
         "memory": vars(mem),
         "trainer": {k: v for k, v in vars(tr).items() if k not in NOT_IN_IDENTITY["trainer"]},
     }
+    if c.stall_check_of is not None:  # a stall check (sweeper); absent otherwise: ids unchanged
+        identity["stall_check_of"] = c.stall_check_of
     return {"identity": identity, "phi": phi, "task": task, "memory": mem, "trainer": tr,
             "device": device, "seq_len": seq_len, "eval_seq_len": eval_seq_len}
 
@@ -99,10 +101,13 @@ def raw_identity(cfg: DictConfig) -> dict:
     """Identity of a point that could not be planned (for its infeasible record)."""
     fm = OmegaConf.to_container(cfg.feature_map, resolve=True)
     name = fm.pop("name", "?")
-    return {"feature_map": name, "feature_map_params": fm, "d_key": cfg.d_key,
-            "d_dot": cfg.d_dot, "n_keys": cfg.n_keys, "seed": cfg.seed,
-            "task": OmegaConf.to_container(cfg.task, resolve=True),
-            "memory": OmegaConf.to_container(cfg.memory, resolve=True)}
+    identity = {"feature_map": name, "feature_map_params": fm, "d_key": cfg.d_key,
+                "d_dot": cfg.d_dot, "n_keys": cfg.n_keys, "seed": cfg.seed,
+                "task": OmegaConf.to_container(cfg.task, resolve=True),
+                "memory": OmegaConf.to_container(cfg.memory, resolve=True)}
+    if cfg.get("stall_check_of") is not None:
+        identity["stall_check_of"] = cfg.stall_check_of
+    return identity
 
 
 def base_summary(cfg: DictConfig, identity: dict, rid: str) -> dict:
@@ -118,6 +123,7 @@ def base_summary(cfg: DictConfig, identity: dict, rid: str) -> dict:
         "status": None, "reason": None, "steps": 0, "final_eval_loss": None,
         "best_eval_loss": None, "final_eval_accuracy": None, "wall_seconds": 0.0,
         "device": None, "kernelzoo_version": __version__, "resumes": 0,
+        "stall_check_of": identity.get("stall_check_of"),  # the stalled run a check retrains
     }
 
 
@@ -262,7 +268,8 @@ def _tracker(m: Member, echo) -> tracking.Tracker:
     return tracking.start(cfg.logger.name == "wandb", cfg.results_dir,
                           project=cfg.logger.project, entity=cfg.logger.entity,
                           group=cfg.experiment, name=m.rid, config=wandb_config,
-                          tags=[identity["feature_map"], identity["memory"]["update_rule"]],
+                          tags=[identity["feature_map"], identity["memory"]["update_rule"]]
+                          + (["stall_check"] if identity.get("stall_check_of") else []),
                           echo=echo)
 
 
@@ -297,6 +304,10 @@ def precheck(argv: list[str]) -> None:
     try:
         cfg = config.compose(args.config_name or "config", args.overrides, args.multirun)
         if not args.multirun:
+            if cfg.stall_check and cfg.hydra.mode != RunMode.MULTIRUN:
+                raise UsageError("stall_check=true: a single run has no sweep whose stalled runs "
+                                 "it could check; valid: in a sweep, python -m kernelzoo.sweep "
+                                 "<experiment> stall_check=true")
             with config.as_job(cfg) as job:
                 try:
                     plan(job)

@@ -9,6 +9,8 @@ overrides apply to every grid and win over it, e.g. ``seed=1,2,3`` or ``trainer=
 
 With ``search=bisect`` the same grids define configurations and their n_keys ranges, and the
 points are chosen round by round by the failure-point search (``search_rounds.py``) instead.
+With ``stall_check=true``, the sweep's stalled runs are then retrained with a longer stopping rule
+(``stall_checks.py``), as one more launcher batch.
 
 Before anything is written, every point not known finished is composed and checked
 (``points.py``): a bad value anywhere ends the sweep with one line. SIGTERM or SIGINT stops the
@@ -63,7 +65,11 @@ class GridSweeper(BasicSweeper):
             if override.key_or_group == "grids" and override.is_sweep_override():
                 fail(f"{override.input_line} is a sweep, not a selection; valid: a list, "
                      "e.g. grids=[0,2]")
-        arguments = [a for a in arguments if override_key(a) != "grids"]
+            if override.key_or_group == "stall_check" and override.is_sweep_override():
+                fail(f"{override.input_line} is a sweep, not a setting; valid: stall_check=true "
+                     "or false")
+        # what the sweeper does, not what a point is: points run and are indexed as without them
+        arguments = [a for a in arguments if override_key(a) not in ("grids", "stall_check")]
         selected = self._selected()
         points, seen, total = [], set(), set()
         for index, grid in enumerate(self.grids):
@@ -124,6 +130,7 @@ class GridSweeper(BasicSweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         self.outcomes: Counter = Counter({"skipped": len(points) - len(todo)} if not search else {})
         self.first_job = 0
+        self.stall_checks: dict | None = None  # stall_check=true: its counts (stall_checks.py)
         rounds = None
         try:
             if search:
@@ -139,6 +146,12 @@ class GridSweeper(BasicSweeper):
                       ("a dry run: each is named below, done or to train" if self.config.dry_run
                        else f"{len(points) - len(todo)} already done"))
                 returns = self.launch(todo)
+            if self.config.stall_check:
+                from . import stall_checks
+
+                swept = [s.point(p["n_keys"]) for s in rounds.series for p in s.probes] \
+                    if rounds else points
+                returns += stall_checks.run(self, swept)
         except interrupt.Interrupted as stop:
             interrupt.stop_workers()
             record = {**rounds.record(), **chosen} if rounds else planned
@@ -237,6 +250,9 @@ class GridSweeper(BasicSweeper):
         """Append this invocation to sweep.json (a damaged one is kept aside, never lost)."""
         if self.config.dry_run:
             return
+        if self.stall_checks is not None:  # its checks are points of this invocation too
+            record = {**record, "points": record["points"] + self.stall_checks["launched"],
+                      "stall_checks": self.stall_checks}
         path = store.sweep_file(store.experiment_dir(self.config.results_dir,
                                                      self.config.experiment))
         try:
