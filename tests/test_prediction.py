@@ -51,7 +51,8 @@ def test_the_diagnostics_at_the_d_dot_probe(tmp_path):
 
 def synthetic_capacity(rng_seed: int = 0) -> pd.DataFrame:
     """Five maps x four d_dot: the failure point is 0.9 x the numerical rank at the d_dot probe
-    in every view (times a little noise), the rank a map-specific share of d_dot."""
+    in every view (times a little noise), the rank a map-specific share of d_dot, the same at
+    initialisation."""
     rng = np.random.default_rng(rng_seed)
     rows = []
     for share, fmap in zip((1.0, 0.8, 0.6, 0.5, 0.3), ("a", "b", "c", "d", "e")):
@@ -60,7 +61,7 @@ def synthetic_capacity(rng_seed: int = 0) -> pd.DataFrame:
             value = 0.9 * rank * math.exp(rng.normal(0, 0.02))
             rows.append({"feature_map": fmap, "label": f"{fmap}{d}", "predicted_capacity": d,
                          "rank_at_d_dot": rank, "effective_rank_at_d_dot": rank * 0.8,
-                         "rank_at_d_dot_initial": d, "effective_rank_at_d_dot_initial": d * 0.7,
+                         "rank_at_d_dot_initial": rank, "effective_rank_at_d_dot_initial": d * 0.7,
                          **{f"observed_capacity{s}": value for s in ("", "_acc", "_keys")},
                          **{f"outcome{s}": "fails_at" for s in ("", "_acc", "_keys")}})
     return pd.DataFrame(rows)
@@ -74,7 +75,7 @@ def test_the_scores_per_view_and_the_leave_one_map_out_fit():
         assert scores.n[view] == 20
         assert by["rank_at_d_dot"] == pytest.approx(abs(math.log(0.9)), abs=0.03)
         assert by["d_dot"] > 0.5  # the shares vary from 1 to 0.3
-        assert by["fitted"] < 0.05  # learned on the other maps: observed = 0.9 x rank
+        assert by["fitted"] < 0.05  # its constant, from the other maps, is 0.9
         assert "best: fitted" in scores.words(view)
     # a map's own rows never enter its fit: changing map a's failure points leaves its
     # predictions unchanged
@@ -98,7 +99,7 @@ def test_the_analysis_writes_the_columns_and_the_section_and_pools(tmp_path, cap
     assert not (exp / "capacity_vs_rank.png").exists()  # the tautology is gone
     report = (exp / "report.md").read_text()
     assert "## A prediction made before the answer: measured at the n_keys = d_dot probe" in report
-    assert "| loss | 0 |" in report  # two maps with a failure point: too few to fit
+    assert "| loss | 2 |" in report  # two maps, each predicted with the other one's constant
 
     old = tmp_path / "old.csv"
     table.drop(columns=list(prediction.COLUMNS)).to_csv(old, index=False)
