@@ -132,7 +132,9 @@ CAPTIONS = {
                            "interval over seeds; hatched bars are bounds.",
     "curves": "Eval loss during training of the runs just below and above each failure point, "
               "with tau and the trainer's stop threshold.",
-    "accuracy_vs_keys": "Retrieval accuracy against the number of keys.",
+    "accuracy_vs_keys": "The accuracy view (left: retrieval accuracy against the number of "
+                        "keys, with the threshold) and the keys-retrieved view (right: number "
+                        "of keys x accuracy, its maximum the view's value; dotted y = x).",
     "capacity_scaling": "Per view and family, failure point / d_dot against d_dot: each seed "
                         "(dots), each level's median with its order-statistic interval, the law "
                         "n* = a d_dot^b fitted to the level medians with its 95% t band; the "
