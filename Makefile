@@ -15,7 +15,7 @@ TORCH_CPU ?= torch==2.13.0
 TEST_WORKERS ?= auto
 STAMP := $(VENV)/.installed
 
-.PHONY: help install sweep run plots test test-slow bench sync clean-venv
+.PHONY: help install sweep run plots docs test test-slow bench sync clean-venv
 
 help:  ## list the targets and the variables they take
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,6 +40,9 @@ run: install  ## train one configuration: make run ARGS="feature_map=dpfp featur
 
 plots: install  ## regenerate tables, figures and report of an experiment from the store
 	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) $(OVERRIDES)
+
+docs: install  ## rewrite docs/results.md and README's results summary from results/reference
+	$(PY) -m kernelzoo.results_doc
 
 test: install  ## the default test suite, one pytest worker per core (a few minutes on 2 cores)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal

@@ -88,6 +88,6 @@ def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, ca
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{exp / 'scaling.csv'}:"
     assert out[1].startswith("  DPFP d_key=8 (loss view): not fitted, failure points at 2 d_dot")
-    assert any(line.startswith("  ELU+1 (loss view): n* = ") and "does not follow d_dot" in line
+    assert any(line.startswith("  ELU+1 (loss view): n* = ") and "n* = d_dot rejected at 5%" in line
                for line in out)
     assert out[-1].startswith(f"{tmp_path / 'none.csv'}: unreadable")

@@ -172,8 +172,9 @@ def _level(r) -> str:
     """One level's ratio: "64: 0.91 [0.84, 0.97] (94%)"."""
     if not r.n_seeds:
         return f"{r.d_dot}: –"
-    level = "" if pd.isna(r.ratio_level) else f" ({r.ratio_level:.0%})"
-    return f"{r.d_dot}: {_ci(r.ratio, r.ratio_low, r.ratio_high, '.2f')}{level}"
+    if pd.isna(r.ratio_level):  # one seed: no interval
+        return f"{r.d_dot}: {r.ratio:.2f} (one seed)"
+    return f"{r.d_dot}: {_ci(r.ratio, r.ratio_low, r.ratio_high, '.2f')} ({r.ratio_level:.0%})"
 
 
 def sentence(rows: pd.DataFrame) -> str:
@@ -188,8 +189,9 @@ def sentence(rows: pd.DataFrame) -> str:
     law = (f"n* = {_ci(r.a, r.a_low, r.a_high, '.3g')} d_dot^{_ci(r.b, r.b_low, r.b_high, '.3f')}"
            f" over {r.n_d_dot} levels")
     outside = [str(x.d_dot) for x in rows.itertuples()
-               if x.n_seeds and not pd.isna(x.ratio_low) and not x.ratio_low <= 1 <= x.ratio_high]
-    verdict = ("follows d_dot" if r.p_identity >= 0.05 else "does not follow d_dot")
+               if x.n_seeds and pd.notna(x.ratio_level) and not x.ratio_low <= 1 <= x.ratio_high]
+    verdict = ("consistent with n* = d_dot" if r.p_identity >= 0.05
+               else "n* = d_dot rejected at 5%")
     return (f"{name}: {law}; n* = d_dot: F test {_p(r.p_identity)}, {verdict}"
             + (f" (ratio interval excludes 1 at d_dot {', '.join(outside)})" if outside else "")
             + f"; {at}.")
@@ -201,7 +203,7 @@ def section(found: list[Family]) -> list[str]:
     if not shown:
         return []
     lines = ["## Capacity against d_dot, per view", "", RULE, "",
-             "| family | view | levels | a [95%] | b [95%] | n* = d_dot (F test p) | "
+             "| family | view | levels | a [95%] | b [95%] | consistent with n* = d_dot (F test p) | "
              "failure point / d_dot per level |", "|---|---|---|---|---|---|---|"]
     rows = table(shown)
     for (_, view), group in rows.groupby(["family", "view"], sort=False):

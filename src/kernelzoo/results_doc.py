@@ -1,0 +1,199 @@
+"""``docs/results.md`` and README's results summary, written from the committed stores so that no
+number in them is typed by hand. Pure reading of analysed stores (capacity.csv, scaling.csv,
+runs.parquet, sweep.json); never the trainer.
+
+    python -m kernelzoo.results_doc           # rewrite docs/results.md and README's summary
+    python -m kernelzoo.results_doc --check   # exit 1, naming the file, when either has drifted
+
+Every study gets a section: what it runs (its experiment file's header), what it cost (runs,
+training steps, run and sweep wall time, machine), its capacity table in the three views
+(``capacity.py``), the published and d_dot comparisons where they apply, the d_dot law per
+view (``scaling.py``) and how far the views' rankings agree. The last section pools the
+prediction scores (``prediction.py``) over every store. README holds a short summary between
+the markers ``<!-- results:start -->`` and ``<!-- results:end -->``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+from scipy import stats
+
+from kernelzoo import prediction, scaling
+from kernelzoo.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.files import atomic_write_text
+from kernelzoo.report import observed, published
+from kernelzoo.style import bound, cell
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
+           "favor_diagnosis", "lr_robustness")
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def _header(experiment: str, root: Path) -> str:
+    """The experiment file's header comment, without its first "name:" words."""
+    path = root / "experiments" / f"{experiment}.yaml"
+    lines = [line[2:] for line in path.read_text().splitlines()[1:]
+             if line.startswith("# ")] if path.exists() else []
+    text = (" ".join(lines).partition(": ")[2] if lines else "").strip()
+    return text[:1].upper() + text[1:]
+
+
+def cost(store: Path) -> str:
+    """"240 runs, 1,234,500 training steps, 80.3 h of run time; sweep wall clock 80.3 min over
+    1 invocation on AMD EPYC, 2 cores"."""
+    runs = pd.read_parquet(store / "runs.parquet")
+    if "stall_check_of" in runs:
+        runs = runs[runs["stall_check_of"].isna()]
+    seconds = runs["wall_seconds"].sum()
+    time = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+    words = (f"{len(runs)} runs, {int(runs['steps'].fillna(0).sum()):,} training steps, "
+             f"{time} of run time")
+    sweep = store / "sweep.json"
+    if sweep.exists():
+        history = json.loads(sweep.read_text())
+        machines = sorted({i.get("machine", "?") for i in history.get("invocations", [])})
+        n = len(history.get("invocations", []))
+        words += (f"; sweep wall clock {float(history['wall_seconds']) / 60:.1f} min over {n} "
+                  f"invocation{'' if n == 1 else 's'} on {'; '.join(machines)}")
+    return words
+
+
+def capacity_lines(table: pd.DataFrame) -> list[str]:
+    """The store's capacity table in the three views (median [interval] over seeds)."""
+    lines = ["| configuration | d_dot | seeds | loss view | accuracy view | keys retrieved | "
+             "rank bound | stalled runs |", "|---|---|---|---|---|---|---|---|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.label} | {cell(r.d_dot) if pd.notna(r.d_dot) else 'unbounded'} | "
+                     f"{r.n_seeds} | {observed(r)} | {observed(r, 'accuracy')} | "
+                     f"{observed(r, 'keys_retrieved')} | {cell(r.rank_bound)} | "
+                     f"{int(r.stalled_runs)} |")
+    return lines
+
+
+def agreement(table: pd.DataFrame) -> str:
+    """Spearman's rho between the views' efficiency orders, where 3+ configurations rank."""
+    rows = table[table["predicted_capacity"].notna()]
+    parts = []
+    for i, v in enumerate(VIEWS):
+        for w in VIEWS[i + 1:]:
+            both = rows[[f"ratio{SUFFIX[v]}", f"ratio{SUFFIX[w]}"]].dropna()
+            if len(both) >= 3:
+                rho = stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic
+                parts.append(f"{VIEW_WORDS[v]} / {VIEW_WORDS[w]} {rho:.2f}")
+    return ("Rank agreement of failure point / d_dot between views (Spearman rho): "
+            + "; ".join(parts) + ".") if parts else ""
+
+
+def section(experiment: str, root: Path) -> list[str]:
+    """One study's section ([] when the store is not analysed)."""
+    store = root / "results" / "reference" / experiment
+    if not (store / "capacity.csv").exists():
+        return []
+    table = pd.read_csv(store / "capacity.csv")
+    lines = [f"## `{experiment}`", "", _header(experiment, root), "",
+             f"Cost: {cost(store)}. Report: `results/reference/{experiment}/report.md`.", "",
+             *capacity_lines(table), ""]
+    theirs = table[table["published_outcome"].notna()]
+    if len(theirs):
+        lines += ["Loss view against the authors' published losses (same rule): "
+                  + "; ".join(f"{r.label} {observed(r)} against {published(r)}"
+                              for r in theirs.itertuples()) + ".", ""]
+    rho = agreement(table)
+    lines += [rho, ""] if rho else []
+    laws = pd.read_csv(store / "scaling.csv") if (store / "scaling.csv").exists() else None
+    if laws is not None and not laws.empty and laws["d_dot"].groupby(laws["family"]).nunique().max() >= 2:
+        lines += ["The d_dot law per view:", ""]
+        lines += [f"- {scaling.sentence(group)}"
+                  for _, group in laws.groupby(["family", "view"], sort=False)
+                  if group["d_dot"].nunique() >= 2]
+        lines.append("")
+    return lines
+
+
+def predictions(root: Path) -> list[str]:
+    """The pooled prediction scores of every store."""
+    paths = [root / "results" / "reference" / e / "capacity.csv" for e in STUDIES]
+    scores, _ = prediction.pooled([p for p in paths if p.exists()])
+    return ["## Predicting the failure point before it is known", "",
+            "Mean |ln(observed / predicted)| over the configurations of every store above "
+            "(`python -m kernelzoo.prediction results/reference/*/capacity.csv`; the predictors "
+            "in `src/kernelzoo/prediction.py`):", "",
+            *[f"- {scores.words(v)}." for v in VIEWS], ""]
+
+
+def document(root: Path = ROOT) -> str:
+    """The whole of docs/results.md."""
+    lines = ["# Results of the committed studies", "",
+             "Written by `python -m kernelzoo.results_doc` (`make docs`) from the analysed "
+             "stores under `results/reference/`; `make test` fails when a number here differs "
+             "from its store. The views, intervals and rules are in `docs/analysis.md` and each "
+             "store's `report.md`.", ""]
+    for experiment in STUDIES:
+        lines += section(experiment, root)
+    return "\n".join(lines + predictions(root)).rstrip() + "\n"
+
+
+def summary(root: Path = ROOT) -> list[str]:
+    """README's short summary: per study, its headline numbers."""
+    lines = [START]
+    fig2 = pd.read_csv(root / "results" / "reference" / "figure2" / "capacity.csv")
+    theirs = fig2[fig2["published_outcome"].notna() & fig2["predicted_capacity"].notna()]
+    lines.append("- `figure2` (one seed, the loss view against the authors' losses): "
+                 + "; ".join(f"{r.label} {bound(r.observed_capacity, r.outcome)} "
+                             f"(published {published(r)})" for r in theirs.itertuples()) + ".")
+    zoo = pd.read_csv(root / "results" / "reference" / "zoo" / "capacity.csv")
+    best = zoo.sort_values("ratio_acc", ascending=False).head(3)
+    lines.append("- `zoo` (d_dot 64, 3 seeds), highest failure point / d_dot in the accuracy "
+                 "view: " + "; ".join(f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
+                                      for r in best.itertuples()) + ".")
+    dot = pd.read_csv(root / "results" / "reference" / "dot_scaling" / "scaling.csv")
+    laws = dot.drop_duplicates(["family", "view"])
+    laws = laws[laws["view"].isin(["loss", "accuracy"]) & laws["b"].notna()]
+    lines.append("- `dot_scaling` (5 seeds, d_dot 16-256), n* = a d_dot^b per family and view: "
+                 + "; ".join(f"{r.family} ({VIEW_WORDS[r.view]}) b = {r.b:.2f} "
+                             f"[{r.b_low:.2f}, {r.b_high:.2f}], "
+                             f"{'consistent with' if r.follows_d_dot else 'rejects'} n* = d_dot"
+                             for r in laws.itertuples()) + ".")
+    lines += ["", "Every number above and in `docs/results.md` is written from the stores by "
+              "`make docs`.", END]
+    return lines
+
+
+def readme(text: str, root: Path = ROOT) -> str:
+    """README ``text`` with its summary block rewritten (unchanged without the markers)."""
+    head, start, rest = text.partition(START)
+    if not start:
+        return text
+    _, end, tail = rest.partition(END)
+    return head + "\n".join(summary(root)) + tail if end else text
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m kernelzoo.results_doc",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when docs/results.md or README's summary has drifted")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    targets = {args.root / "docs" / "results.md": document(args.root),
+               args.root / "README.md": readme((args.root / "README.md").read_text(), args.root)}
+    drifted = [path for path, text in targets.items()
+               if not path.exists() or path.read_text() != text]
+    if args.check:
+        for path in drifted:
+            print(f"{path}: differs from the stores under {args.root / 'results' / 'reference'}"
+                  " (make docs rewrites it)", file=sys.stderr)
+        sys.exit(1 if drifted else 0)
+    for path in drifted:
+        atomic_write_text(path, targets[path])
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
