@@ -112,6 +112,7 @@ def test_case_lists():
 # against their plain definitions (float64: to rounding; the model-level equivalence with the
 # reference is tests/test_model.py's)
 
+from kernelzoo import catalog  # noqa: E402
 from kernelzoo import feature_maps as fm  # noqa: E402
 from kernelzoo import memory  # noqa: E402
 from kernelzoo import random_features  # noqa: E402
@@ -144,7 +145,7 @@ def _explicit_scores(phi, normalise, eps=1e-6, key_eps=0.0):
 ], ids=str)
 def test_scores_equal_explicit_features(name, params, normalise, queries):
     extra = {"redraw": "never", "seed": 0} if name == "favor" else {}
-    phi = fm.build_feature_map(name, d_key=4, **params, **extra).double()
+    phi = catalog.build_feature_map(name, d_key=4, **params, **extra).double()
     g = torch.Generator().manual_seed(1)
     k = 2 * torch.randn(3, 7, 4, generator=g, dtype=torch.float64)
     q = 2 * torch.randn(3, queries, 4, generator=g, dtype=torch.float64)
@@ -157,7 +158,7 @@ def test_scores_equal_explicit_features(name, params, normalise, queries):
 
 
 def test_dpfp_scores_keep_the_zero_key_nan():
-    phi = fm.build_feature_map("dpfp", d_key=4, nu=2).double()
+    phi = catalog.build_feature_map("dpfp", d_key=4, nu=2).double()
     k, q = torch.randn(2, 5, 4, dtype=torch.float64), torch.randn(2, 1, 4, dtype=torch.float64)
     k[0, 2] = 0.0  # sum phi(k) = 0: 0/0 with key_eps = 0, as the explicit features
     s = phi.scores(k, q, normalise=True, key_eps=0.0)
@@ -165,7 +166,7 @@ def test_dpfp_scores_keep_the_zero_key_nan():
 
 
 def test_favor_scores_use_the_projection_of_their_forward():
-    phi = fm.build_feature_map("favor", d_key=4, m=3, variant="hyperbolic", seed=0).double()
+    phi = catalog.build_feature_map("favor", d_key=4, m=3, variant="hyperbolic", seed=0).double()
     k = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
     q = torch.randn(2, 1, 4, dtype=torch.float64)
     omega = phi.projection
@@ -244,7 +245,7 @@ def test_delta_direct_read_equals_the_loop(L, queries):
 
 
 def test_favor_scores_in_float32_where_features_underflow():
-    phi = fm.build_feature_map("favor", d_key=8, m=16, variant="hyperbolic", redraw="never", seed=0)
+    phi = catalog.build_feature_map("favor", d_key=8, m=16, variant="hyperbolic", redraw="never", seed=0)
     g = torch.Generator().manual_seed(4)
     k, q = 4 * torch.randn(2, 50, 8, generator=g), 4 * torch.randn(2, 1, 8, generator=g)
     assert (phi._logits(k, False) < -87).float().mean() > 0.1  # the slow regime

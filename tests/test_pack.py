@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from kernelzoo import pack, store
 from kernelzoo.config import CONF
-from kernelzoo.feature_maps import build_feature_map
+from kernelzoo.catalog import build_feature_map
 from kernelzoo.model import RetrievalModel, retrieval_loss
 from kernelzoo.task import RetrievalTask
 from kernelzoo.train import run

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from kernelzoo import runner, store, tracking
 from kernelzoo import train as train_module
 from kernelzoo.config import CONF
-from kernelzoo.feature_maps import build_feature_map
+from kernelzoo.catalog import build_feature_map
 from kernelzoo.model import RetrievalModel
 from kernelzoo.pack import Pack
 from kernelzoo.task import RetrievalTask

@@ -52,7 +52,7 @@ from omegaconf import OmegaConf
 from . import bench_pack, bench_report, memory
 from .config import CONF
 from .devices import flushes_denormals
-from .feature_maps import build_feature_map
+from .catalog import build_feature_map
 from .model import RetrievalModel, retrieval_loss
 from .reference import reference_eval_forward, reference_forward
 from .task import RetrievalTask

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from .feature_maps import build_feature_map
+from .catalog import build_feature_map
 from .model import RetrievalModel, retrieval_loss
 from .pack import Pack, most_runs
 from .task import RetrievalTask
