@@ -2,7 +2,7 @@
 
 Each map declares its own ``d_dot``, the number of linearly independent features (the registry's
 rank test checks it on random inputs), and is written exactly as a user's own map would be
-(README "Bring your own map"); ``catalog.py`` registers them. Learned maps hold
+(docs/own_map.md); ``catalog.py`` registers them. Learned maps hold
 ``nn.Parameter``s: they are model parameters, trained with the model and initialised from the
 global RNG (seeded per run).
 
