@@ -73,6 +73,29 @@ def test_csv_and_markdown(tmp_path):
     assert "\n- sweep line\n" in text
 
 
+
+def test_markdown_is_rebuilt_from_the_csv_with_notes_quoting_its_rows(tmp_path):
+    """bench.md's notes quote the rows they are written with, and `bench --rebuild` writes the
+    same table, targets and notes again from bench.csv alone, keeping the machine lines."""
+    nan = float("nan")
+    rows = [{"case": "train_step", "feature_map": fm, "n_keys": 20, "d_dot": d, "baseline_ms": b,
+             "kernelzoo_ms": k, "ratio": b / k, "baseline_peak_mb": nan, "kernelzoo_peak_mb": nan,
+             "floor_ms": 0.05, "pack": 1, "compile": False, "compile_s": nan}
+            for fm, d, b, k in (("softmax", "inf", 1.25, 0.5), ("favor-64", 64, 3.5, 2.5))]
+    bench_report.write_csv(rows, tmp_path / "bench.csv")
+    again = bench_report.read_csv(tmp_path / "bench.csv")
+    assert [(r["d_dot"], r["ratio"], r["compile"]) for r in again] == [("inf", 2.5, False), (64, 1.4, False)]
+    assert math.isnan(again[0]["compile_s"])
+    lines = bench_report.targets(rows, bench.eval_flop_ratio) + bench_report.sweep_targets(tmp_path)
+    bench_report.write_markdown(rows, tmp_path / "bench.md", CPU, "cpu", (50.0, 10.0), 1.0, lines)
+    first = (tmp_path / "bench.md").read_text()
+    assert "the n_keys 20 rows: 0.5-3.5 ms" in first and "ratios there are 1.4-2.5x" in first
+    assert "lowest train-step ratio at n_keys 20." in first
+    (tmp_path / "bench.md").write_text(first.replace("| softmax |", "| stale |"))
+    bench.main(["--out", str(tmp_path), "--sweeps", str(tmp_path), "--rebuild"])
+    assert (tmp_path / "bench.md").read_text() == first
+
+
 def test_sweep_targets_read_each_sweep_json(tmp_path):
     (tmp_path / "figure2").mkdir()
     (tmp_path / "figure2" / "sweep.json").write_text(json.dumps({"wall_seconds": 7743.0, "invocations": [

@@ -42,10 +42,9 @@ CPU_ELEMENTS = 2**19  # trainer.pack=auto on the CPU: a pack's keys fit in ~2 MB
 
 def compiles(setting: str, device: torch.device) -> bool:
     """Whether ``trainer.compile`` compiles the step on ``device``: auto does on cuda, where a
-    step is hundreds of tiny kernel launches; on the CPU it does not (compiling costs 2-382 s
-    per shape and map in each worker, more than the quick sweeps' runs save, large compiled
-    DPFP-2 packs ran slower, and a compiled run's gain depends on the CPU: ``make bench``,
-    rows with case packed)."""
+    step is hundreds of tiny kernel launches; on the CPU it does not (compiling costs seconds to
+    minutes per shape and map in each worker, more than short runs save, and what it gains
+    depends on the CPU and the pack: ``make bench``, rows with case packed)."""
     return setting == "true" or (setting == "auto" and device.type == "cuda")
 
 

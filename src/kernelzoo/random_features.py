@@ -68,8 +68,8 @@ class _RandomFeatures(FeatureMap):
     eval_redraw (only with redraw="every_call"): "per_chunk", the authors' evaluation (task-spec
     "Feature maps used in Figure 2" and "Quirks": one forward, hence one Omega, per sequence and
     chunk of at most 32 queries; runner.evaluate makes them one forward within
-    per_element_draws), or "once", one Omega for the whole evaluation (the suite before issue
-    #13; its eval loss is about 4x noisier).
+    per_element_draws), or "once", one Omega for the whole evaluation (fewer draws average
+    into the eval loss, so it is noisier).
     """
 
     copies = 1  # d_dot = copies * m
@@ -266,7 +266,7 @@ def _favor_key_scores(k, fq, phi):
 
 def _exp(x):
     """torch.exp(x), but also fast on the CPU where x has entries below -87: float32's vector
-    exp kernel takes a 15-50x slower path for results that underflow to subnormals or 0, which
+    exp kernel takes a much slower path for results that underflow to subnormals or 0, which
     is where unscaled FAVOR+ logits mostly lie at large n_keys (task-spec quirks). There it is
     computed as exp(x / 2)^2 (_UnderflowExp): within 2 ulp of exp(x), and 0 where exp(x) is.
     A compiled step (trainer.compile) takes that form always: the test on x would break its graph."""
