@@ -4,8 +4,10 @@ Everything here drives the real command lines (``python -m kernelzoo.train``, ``
 ``kernelzoo.analyze``, ``make sweep``) in subprocesses, with an environment that keeps wandb
 offline and silent and its files in a temporary directory, and one torch thread per process.
 
-The smoke sweep is expensive (~10-15 s on 2 cores), so it runs once per session
-(``smoke_results``); tests that change a results store work on a copy (``copy_results``).
+The smoke sweep is the most expensive fixture, so it runs once per test session, shared by the
+pytest-xdist workers (``smoke_results``); tests that change a results store work on a copy
+(``copy_results``). ``slow_but`` keeps a parametrized check's representative cases in
+``make test`` and moves the others to ``make test-slow``.
 """
 
 from __future__ import annotations
@@ -105,6 +107,17 @@ def sweep(experiment: str, overrides: list, env: dict, timeout: float = 300) -> 
 
 def analyze(overrides: list, env: dict, timeout: float = 300) -> Result:
     return run_cmd([PYTHON, "-m", "kernelzoo.analyze", *overrides], env, timeout)
+
+
+def slow_but(keep, values) -> list:
+    """Parameters for ``pytest.mark.parametrize``: the values in ``keep`` run in ``make test``,
+    the others, the same check on more cases, under ``make test-slow``. A tuple value is a
+    row of several arguments, kept when the row or its first argument is in ``keep``."""
+    def param(v):
+        args = v if isinstance(v, tuple) else (v,)
+        fast = v in keep or args[0] in keep
+        return pytest.param(*args, marks=() if fast else pytest.mark.slow)
+    return [param(v) for v in values]
 
 
 def smoke_args(results: Path, *extra) -> list:
@@ -277,15 +290,26 @@ class SmokeSweep:
 
 
 @pytest.fixture(scope="session")
-def smoke_results(tmp_path_factory) -> SmokeSweep:
-    """``python -m kernelzoo.sweep smoke`` once per session into a fresh results directory.
+def smoke_results(tmp_path_factory, worker_id) -> SmokeSweep:
+    """``python -m kernelzoo.sweep smoke`` once per test session into a fresh results directory,
+    shared by the pytest-xdist workers: the first to need it runs it (under a file lock) and
+    records the command's result beside it, the others read that record.
 
     Tests must not modify it: copy it with ``copy_results`` first.
     """
-    root = tmp_path_factory.mktemp("smoke")
-    env = base_env(root)
-    results = root / "results"
-    result = sweep("smoke", smoke_args(results), env, timeout=300)
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if worker_id != "master" else base) / "smoke"
+    record = root / "sweep-result.json"
+    with FileLock(str(root) + ".lock"):
+        env = base_env(root)
+        results = root / "results"
+        if record.exists():
+            result = Result(**json_file(record))
+        else:
+            result = sweep("smoke", smoke_args(results), env, timeout=300)
+            record.write_text(json.dumps(vars(result)))
     return SmokeSweep(results, result, env)
 
 

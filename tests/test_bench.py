@@ -220,6 +220,7 @@ def test_exp_where_float32_underflows():
     assert torch.equal(random_features._exp(same), same.exp())
 
 
+@pytest.mark.slow
 def test_exp_compiles_whole_and_agrees_with_eager():
     """Under trainer.compile the underflow test would break FAVOR+'s graph (a bool of a
     tensor); fullgraph=True fails on any break. Values and gradients as eager's, within 3 ulp."""

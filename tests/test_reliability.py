@@ -113,6 +113,7 @@ LOCAL2 = ["launcher=local", "hydra.launcher.n_jobs=2"]
 RUN_LINE = re.compile(r"^run \S+: ", re.M)  # a run has started training
 
 
+@pytest.mark.slow
 def test_kill_two_workers_once_then_resume(tmp_path, cli_env, background):
     """Quick variant: 2 joblib workers, one SIGKILL of the whole process group mid-run."""
     results = tmp_path / "results"

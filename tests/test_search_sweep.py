@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 from conftest import DONE, analyze, smoke_args, sweep
 
 SEARCH = ["search=bisect", "seed=1,2"]
@@ -16,6 +17,7 @@ def probes_of(results) -> dict:
     return json.loads((results / "smoke" / "search.json").read_text())["series"]
 
 
+@pytest.mark.slow
 def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path, cli_env):
     results = tmp_path / "results"
     # "interrupted" after its first round: search.max_rounds=1
@@ -56,6 +58,7 @@ def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path
     assert "## Search probes" in report and "bracket: " in report
 
 
+@pytest.mark.slow
 def test_bad_search_settings_fail_in_one_line_before_training(tmp_path, cli_env):
     results = tmp_path / "results"
     for bad, needle in (("search.resolution=0.5", "search.resolution=0.5"),

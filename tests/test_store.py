@@ -121,7 +121,8 @@ def _fresh(grown: Path, tmp_path: Path) -> Path:
     return work / "results" / "x"
 
 
-@pytest.mark.parametrize("at, how", [(4, "kill-replace"), (9, "kill-fsync")])
+@pytest.mark.parametrize("at, how", [(4, "kill-replace"),
+                                     pytest.param(9, "kill-fsync", marks=pytest.mark.slow)])
 def test_kill_9_at_a_write_point_leaves_old_or_new_files(old_and_new, tmp_path, at, how):
     grown, old, new, env = old_and_new
     exp = _fresh(grown, tmp_path)
@@ -157,6 +158,7 @@ def test_full_disk_is_one_line_and_keeps_the_old_file(old_and_new, tmp_path):
     assert not [p for p in exp.iterdir() if p.name.startswith(".")], "a temporary file is left"
 
 
+@pytest.mark.slow
 def test_full_disk_in_a_run_and_a_sweep_is_one_line(tmp_path, cli_env):
     results = tmp_path / "results"
     res = harness("kernelzoo.train", 1, "full-fsync", [f"results_dir={results}", *TINY], cli_env)
@@ -287,6 +289,7 @@ def test_force_keeps_the_finished_run_until_the_new_one_is_complete(tmp_path, mo
     assert sorted(p.name for p in path.parent.iterdir()) == [rid]
 
 
+@pytest.mark.slow
 def test_force_killed_mid_training_keeps_the_finished_run(tmp_path, cli_env, background):
     results = tmp_path / "results"
     args = [f"results_dir={results}", *TINY, "trainer.max_steps=1000", "trainer.patience=1000",

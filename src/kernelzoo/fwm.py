@@ -136,11 +136,11 @@ class _State(torch.autograd.Function):
         return G_k, G_v, G_beta, None
 
 
-@torch.compiler.disable
 def state(k, v, beta, chunk_size):
     """Final fwm fast weights W (B, d_v, D) for keys k (B, L, D), values v (B, L, d_v) and
     beta (B, L), forming the state every ``chunk_size`` steps; differentiable in k, v, beta.
 
-    ``torch.compile`` leaves it out (a graph break; the rest of the step compiles): tracing its
-    Python loops over the writes takes far longer than compiling the rest of the step."""
+    A compiled step runs it eagerly (``pack.EAGER``: a graph break; the rest of the step
+    compiles): tracing its Python loops over the writes takes far longer than compiling the
+    rest of the step."""
     return _State.apply(k, v, beta, chunk_size)

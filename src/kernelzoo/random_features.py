@@ -257,9 +257,8 @@ class Favor(_RandomFeatures):
         return _favor_key_scores(k, self(q, is_query=True), self)
 
 
-@torch.compiler.disable
 def _favor_key_scores(k, fq, phi):
-    """_FavorKeyScores, eager inside a compiled step (trainer.compile): traced, its loop over
+    """_FavorKeyScores, eager inside a compiled step (``pack.EAGER``): traced, its loop over
     batch slices is unrolled and compiled again for each n_keys."""
     return _FavorKeyScores.apply(k, fq, phi)
 
