@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -289,28 +290,38 @@ class SmokeSweep:
     env: dict
 
 
-@pytest.fixture(scope="session")
-def smoke_results(tmp_path_factory, worker_id) -> SmokeSweep:
-    """``python -m kernelzoo.sweep smoke`` once per test session into a fresh results directory,
-    shared by the pytest-xdist workers: the first to need it runs it (under a file lock) and
-    records the command's result beside it, the others read that record.
-
-    Tests must not modify it: copy it with ``copy_results`` first.
-    """
+def once_per_session(tmp_path_factory, worker_id: str, name: str, make):
+    """``make(root)`` once per test session, shared by the pytest-xdist workers: the first
+    worker to need it calls it, under a file lock, with a directory ``name`` in the base
+    temporary directory they share, and pickles what it returns beside it; the others load
+    that. What ``make`` writes must stay as it left it (tests copy before changing)."""
     from filelock import FileLock
 
     base = tmp_path_factory.getbasetemp()
-    root = (base.parent if worker_id != "master" else base) / "smoke"
-    record = root / "sweep-result.json"
+    root = (base.parent if worker_id != "master" else base) / name
+    record = root.with_name(name + ".pickle")
     with FileLock(str(root) + ".lock"):
+        if record.exists():
+            return pickle.loads(record.read_bytes())
+        root.mkdir(parents=True, exist_ok=True)
+        value = make(root)
+        record.write_bytes(pickle.dumps(value))
+        return value
+
+
+@pytest.fixture(scope="session")
+def smoke_results(tmp_path_factory, worker_id) -> SmokeSweep:
+    """``python -m kernelzoo.sweep smoke`` once per test session (``once_per_session``) into a
+    fresh results directory.
+
+    Tests must not modify it: copy it with ``copy_results`` first.
+    """
+    def make(root):
         env = base_env(root)
         results = root / "results"
-        if record.exists():
-            result = Result(**json_file(record))
-        else:
-            result = sweep("smoke", smoke_args(results), env, timeout=300)
-            record.write_text(json.dumps(vars(result)))
-    return SmokeSweep(results, result, env)
+        return SmokeSweep(results, sweep("smoke", smoke_args(results), env, timeout=300), env)
+
+    return once_per_session(tmp_path_factory, worker_id, "smoke", make)
 
 
 def json_file(path: Path):

@@ -19,8 +19,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import (PYTHON, TINY, analyze, json_file, run_cmd, runs_dir, smoke_args,
-                      snapshot, sweep, train)
+from conftest import (PYTHON, TINY, analyze, json_file, once_per_session, run_cmd, runs_dir,
+                      smoke_args, snapshot, sweep, train)
 from synthetic import write_run, write_series
 
 from kernelzoo import files, store
@@ -79,10 +79,14 @@ def analysis_args(exp: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def old_and_new(tmp_path_factory):
+def old_and_new(tmp_path_factory, worker_id):
     """A store analysed once (the old outputs), then grown by one seed; the outputs a complete
-    analysis of the grown store writes (the new ones)."""
-    root = tmp_path_factory.mktemp("atomic")
+    analysis of the grown store writes (the new ones). Made once per test session
+    (``once_per_session``)."""
+    return once_per_session(tmp_path_factory, worker_id, "atomic", _old_and_new)
+
+
+def _old_and_new(root: Path):
     env = _env(root)
     exp = analysis_store(root / "old")
     assert analyze(analysis_args(exp), env).returncode == 0
