@@ -187,6 +187,7 @@ def test_an_escaping_experiment_writes_nothing_anywhere(tmp_path, cli_env, comma
     _nothing_written(root, cwd)
 
 
+@pytest.mark.slow
 def test_a_device_this_machine_lacks_fails_a_sweep_before_anything(tmp_path, cli_env):
     """trainer.device=cuda (or a cuda:N beyond the count) as one value of a sweep: exit 2, one
     line, and no 'infeasible' record under another run id, nothing at all written."""
@@ -210,11 +211,11 @@ def test_a_typo_in_the_third_value_fails_the_sweep_up_front(tmp_path, cli_env):
 
 
 @pytest.mark.parametrize("launcher, needle", [
-    pytest.param(["launcher=local", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0",
-                 marks=pytest.mark.slow),
+    (["launcher=local", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0"),
     pytest.param(["launcher=slurm"], "no srun", marks=pytest.mark.skipif(
         shutil.which("srun") is not None, reason="this is a SLURM machine")),
 ], ids=["joblib-n_jobs-0", "slurm-without-slurm"])
+@pytest.mark.slow
 def test_launcher_settings_that_would_fail_at_launch_fail_first(tmp_path, cli_env, launcher,
                                                                   needle):
     results = tmp_path / "results"
@@ -240,6 +241,7 @@ def test_a_bad_grid_selection_fails_the_sweep_up_front(tmp_path, cli_env, grids,
     assert not results.exists()
 
 
+@pytest.mark.slow
 def test_hydra_sweep_syntax_still_works(tmp_path, cli_env):
     """glob(...), choice(...), range(...) and a,b sweeps are composed and checked like any
     point (a dry run: each point is planned, nothing trains)."""

@@ -167,6 +167,7 @@ def test_kill_two_workers_at_random_moments(tmp_path, cli_env, background):
     assert set(counts) == {r for r, s in summaries.items() if s["status"] != "infeasible"}
 
 
+@pytest.mark.slow
 def test_two_sweeps_at_once_share_the_work(tmp_path, cli_env, background):
     """Two sweeps started together on one results directory: no run_id is trained twice, no
     file is corrupted, and together they finish every point."""

@@ -313,6 +313,7 @@ def test_force_killed_mid_training_keeps_the_finished_run(tmp_path, cli_env, bac
 
 # ------------------------------------------------------------------ file modes
 
+@pytest.mark.slow
 def test_files_follow_the_umask_and_stay_in_results_dir(tmp_path, cli_env):
     """With umask 002 (a group sharing a cluster's results): files 664, directories 775,
     none left at mkstemp's 600. A one-point sweep (run, index, sweep.json, Hydra's logs), then

@@ -113,6 +113,7 @@ def test_rerun_trains_nothing(smoke_results, tmp_path):
 PLAN = re.compile(r"^plan (\S+): ", re.M)
 
 
+@pytest.mark.slow
 def test_a_sweep_of_one_point_says_one_point(tmp_path, cli_env):
     results = tmp_path / "results"
     res = sweep("smoke", smoke_args(results, "dry_run=true",
