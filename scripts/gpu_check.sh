@@ -66,7 +66,7 @@ timeout -k 10 "$TESTS_TIMEOUT" "$PY" - <<'EOF' || STATUS=1
 """Fast path on cuda == reference on cuda == fast path on the CPU (outputs and gradients)."""
 import os
 import torch
-from kernelzoo.feature_maps import build_feature_map
+from kernelzoo.catalog import build_feature_map
 from kernelzoo.model import RetrievalModel, retrieval_loss
 from kernelzoo.reference import reference_forward
 from kernelzoo.task import RetrievalTask

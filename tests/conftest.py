@@ -4,14 +4,17 @@ Everything here drives the real command lines (``python -m kernelzoo.train``, ``
 ``kernelzoo.analyze``, ``make sweep``) in subprocesses, with an environment that keeps wandb
 offline and silent and its files in a temporary directory, and one torch thread per process.
 
-The smoke sweep is expensive (~10-15 s on 2 cores), so it runs once per session
-(``smoke_results``); tests that change a results store work on a copy (``copy_results``).
+The smoke sweep is the most expensive fixture, so it runs once per test session, shared by the
+pytest-xdist workers (``smoke_results``); tests that change a results store work on a copy
+(``copy_results``). ``slow_but`` keeps a parametrized check's representative cases in
+``make test`` and moves the others to ``make test-slow``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -105,6 +108,17 @@ def sweep(experiment: str, overrides: list, env: dict, timeout: float = 300) -> 
 
 def analyze(overrides: list, env: dict, timeout: float = 300) -> Result:
     return run_cmd([PYTHON, "-m", "kernelzoo.analyze", *overrides], env, timeout)
+
+
+def slow_but(keep, values) -> list:
+    """Parameters for ``pytest.mark.parametrize``: the values in ``keep`` run in ``make test``,
+    the others, the same check on more cases, under ``make test-slow``. A tuple value is a
+    row of several arguments, kept when the row or its first argument is in ``keep``."""
+    def param(v):
+        args = v if isinstance(v, tuple) else (v,)
+        fast = v in keep or args[0] in keep
+        return pytest.param(*args, marks=() if fast else pytest.mark.slow)
+    return [param(v) for v in values]
 
 
 def smoke_args(results: Path, *extra) -> list:
@@ -276,17 +290,38 @@ class SmokeSweep:
     env: dict
 
 
+def once_per_session(tmp_path_factory, worker_id: str, name: str, make):
+    """``make(root)`` once per test session, shared by the pytest-xdist workers: the first
+    worker to need it calls it, under a file lock, with a directory ``name`` in the base
+    temporary directory they share, and pickles what it returns beside it; the others load
+    that. What ``make`` writes must stay as it left it (tests copy before changing)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if worker_id != "master" else base) / name
+    record = root.with_name(name + ".pickle")
+    with FileLock(str(root) + ".lock"):
+        if record.exists():
+            return pickle.loads(record.read_bytes())
+        root.mkdir(parents=True, exist_ok=True)
+        value = make(root)
+        record.write_bytes(pickle.dumps(value))
+        return value
+
+
 @pytest.fixture(scope="session")
-def smoke_results(tmp_path_factory) -> SmokeSweep:
-    """``python -m kernelzoo.sweep smoke`` once per session into a fresh results directory.
+def smoke_results(tmp_path_factory, worker_id) -> SmokeSweep:
+    """``python -m kernelzoo.sweep smoke`` once per test session (``once_per_session``) into a
+    fresh results directory.
 
     Tests must not modify it: copy it with ``copy_results`` first.
     """
-    root = tmp_path_factory.mktemp("smoke")
-    env = base_env(root)
-    results = root / "results"
-    result = sweep("smoke", smoke_args(results), env, timeout=300)
-    return SmokeSweep(results, result, env)
+    def make(root):
+        env = base_env(root)
+        results = root / "results"
+        return SmokeSweep(results, sweep("smoke", smoke_args(results), env, timeout=300), env)
+
+    return once_per_session(tmp_path_factory, worker_id, "smoke", make)
 
 
 def json_file(path: Path):

@@ -314,6 +314,7 @@ def test_one_seed_reads_as_its_bracket_and_lists_the_noise(tmp_path):
     assert "Continued from checkpoints" not in report
 
 
+@pytest.mark.slow
 def test_the_report_counts_the_runs_continued_from_checkpoints(tmp_path):
     exp = tmp_path / "results" / "resumed"
     write_series(exp, {20: 1e-4, 40: 0.2, 60: 0.3})

@@ -73,6 +73,29 @@ def test_csv_and_markdown(tmp_path):
     assert "\n- sweep line\n" in text
 
 
+
+def test_markdown_is_rebuilt_from_the_csv_with_notes_quoting_its_rows(tmp_path):
+    """bench.md's notes quote the rows they are written with, and `bench --rebuild` writes the
+    same table, targets and notes again from bench.csv alone, keeping the machine lines."""
+    nan = float("nan")
+    rows = [{"case": "train_step", "feature_map": fm, "n_keys": 20, "d_dot": d, "baseline_ms": b,
+             "kernelzoo_ms": k, "ratio": b / k, "baseline_peak_mb": nan, "kernelzoo_peak_mb": nan,
+             "floor_ms": 0.05, "pack": 1, "compile": False, "compile_s": nan}
+            for fm, d, b, k in (("softmax", "inf", 1.25, 0.5), ("favor-64", 64, 3.5, 2.5))]
+    bench_report.write_csv(rows, tmp_path / "bench.csv")
+    again = bench_report.read_csv(tmp_path / "bench.csv")
+    assert [(r["d_dot"], r["ratio"], r["compile"]) for r in again] == [("inf", 2.5, False), (64, 1.4, False)]
+    assert math.isnan(again[0]["compile_s"])
+    lines = bench_report.targets(rows, bench.eval_flop_ratio) + bench_report.sweep_targets(tmp_path)
+    bench_report.write_markdown(rows, tmp_path / "bench.md", CPU, "cpu", (50.0, 10.0), 1.0, lines)
+    first = (tmp_path / "bench.md").read_text()
+    assert "the n_keys 20 rows: 0.5-3.5 ms" in first and "ratios there are 1.4-2.5x" in first
+    assert "lowest train-step ratio at n_keys 20." in first
+    (tmp_path / "bench.md").write_text(first.replace("| softmax |", "| stale |"))
+    bench.main(["--out", str(tmp_path), "--sweeps", str(tmp_path), "--rebuild"])
+    assert (tmp_path / "bench.md").read_text() == first
+
+
 def test_sweep_targets_read_each_sweep_json(tmp_path):
     (tmp_path / "figure2").mkdir()
     (tmp_path / "figure2" / "sweep.json").write_text(json.dumps({"wall_seconds": 7743.0, "invocations": [
@@ -112,6 +135,7 @@ def test_case_lists():
 # against their plain definitions (float64: to rounding; the model-level equivalence with the
 # reference is tests/test_model.py's)
 
+from kernelzoo import catalog  # noqa: E402
 from kernelzoo import feature_maps as fm  # noqa: E402
 from kernelzoo import memory  # noqa: E402
 from kernelzoo import random_features  # noqa: E402
@@ -144,7 +168,7 @@ def _explicit_scores(phi, normalise, eps=1e-6, key_eps=0.0):
 ], ids=str)
 def test_scores_equal_explicit_features(name, params, normalise, queries):
     extra = {"redraw": "never", "seed": 0} if name == "favor" else {}
-    phi = fm.build_feature_map(name, d_key=4, **params, **extra).double()
+    phi = catalog.build_feature_map(name, d_key=4, **params, **extra).double()
     g = torch.Generator().manual_seed(1)
     k = 2 * torch.randn(3, 7, 4, generator=g, dtype=torch.float64)
     q = 2 * torch.randn(3, queries, 4, generator=g, dtype=torch.float64)
@@ -157,7 +181,7 @@ def test_scores_equal_explicit_features(name, params, normalise, queries):
 
 
 def test_dpfp_scores_keep_the_zero_key_nan():
-    phi = fm.build_feature_map("dpfp", d_key=4, nu=2).double()
+    phi = catalog.build_feature_map("dpfp", d_key=4, nu=2).double()
     k, q = torch.randn(2, 5, 4, dtype=torch.float64), torch.randn(2, 1, 4, dtype=torch.float64)
     k[0, 2] = 0.0  # sum phi(k) = 0: 0/0 with key_eps = 0, as the explicit features
     s = phi.scores(k, q, normalise=True, key_eps=0.0)
@@ -165,7 +189,7 @@ def test_dpfp_scores_keep_the_zero_key_nan():
 
 
 def test_favor_scores_use_the_projection_of_their_forward():
-    phi = fm.build_feature_map("favor", d_key=4, m=3, variant="hyperbolic", seed=0).double()
+    phi = catalog.build_feature_map("favor", d_key=4, m=3, variant="hyperbolic", seed=0).double()
     k = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
     q = torch.randn(2, 1, 4, dtype=torch.float64)
     omega = phi.projection
@@ -196,6 +220,7 @@ def test_exp_where_float32_underflows():
     assert torch.equal(random_features._exp(same), same.exp())
 
 
+@pytest.mark.slow
 def test_exp_compiles_whole_and_agrees_with_eager():
     """Under trainer.compile the underflow test would break FAVOR+'s graph (a bool of a
     tensor); fullgraph=True fails on any break. Values and gradients as eager's, within 3 ulp."""
@@ -244,7 +269,7 @@ def test_delta_direct_read_equals_the_loop(L, queries):
 
 
 def test_favor_scores_in_float32_where_features_underflow():
-    phi = fm.build_feature_map("favor", d_key=8, m=16, variant="hyperbolic", redraw="never", seed=0)
+    phi = catalog.build_feature_map("favor", d_key=8, m=16, variant="hyperbolic", redraw="never", seed=0)
     g = torch.Generator().manual_seed(4)
     k, q = 4 * torch.randn(2, 50, 8, generator=g), 4 * torch.randn(2, 1, 8, generator=g)
     assert (phi._logits(k, False) < -87).float().mean() > 0.1  # the slow regime

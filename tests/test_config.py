@@ -14,7 +14,7 @@ import time
 
 import pytest
 import torch
-from conftest import PYTHON, TINY, analyze, run_cmd, sweep
+from conftest import PYTHON, TINY, analyze, run_cmd, slow_but, sweep
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
@@ -170,7 +170,7 @@ def _nothing_written(root, cwd):
     assert not list(cwd.iterdir())
 
 
-@pytest.mark.parametrize("command", ["train", "sweep", "analyze"])
+@pytest.mark.parametrize("command", slow_but({"analyze"}, ["train", "sweep", "analyze"]))
 def test_an_escaping_experiment_writes_nothing_anywhere(tmp_path, cli_env, command):
     root, cwd = tmp_path / "root", tmp_path / "root" / "cwd"
     cwd.mkdir(parents=True)
@@ -187,6 +187,7 @@ def test_an_escaping_experiment_writes_nothing_anywhere(tmp_path, cli_env, comma
     _nothing_written(root, cwd)
 
 
+@pytest.mark.slow
 def test_a_device_this_machine_lacks_fails_a_sweep_before_anything(tmp_path, cli_env):
     """trainer.device=cuda (or a cuda:N beyond the count) as one value of a sweep: exit 2, one
     line, and no 'infeasible' record under another run id, nothing at all written."""
@@ -214,6 +215,7 @@ def test_a_typo_in_the_third_value_fails_the_sweep_up_front(tmp_path, cli_env):
     pytest.param(["launcher=slurm"], "no srun", marks=pytest.mark.skipif(
         shutil.which("srun") is not None, reason="this is a SLURM machine")),
 ], ids=["joblib-n_jobs-0", "slurm-without-slurm"])
+@pytest.mark.slow
 def test_launcher_settings_that_would_fail_at_launch_fail_first(tmp_path, cli_env, launcher,
                                                                   needle):
     results = tmp_path / "results"
@@ -224,12 +226,12 @@ def test_launcher_settings_that_would_fail_at_launch_fail_first(tmp_path, cli_en
     assert not results.exists()
 
 
-@pytest.mark.parametrize("grids, needle", [
+@pytest.mark.parametrize("grids, needle", slow_but({"grids=[3]"}, [
     ("grids=[3]", "grids=[3]: smoke has no grid 3; valid: indices from 0 to 2"),
     ("grids=[]", "grids=[] selects no grid; valid: indices from 0 to 2"),
     ("grids=0,2", "grids=0,2 is a sweep, not a selection; valid: a list, e.g. grids=[0,2]"),
     ("grids=1", "grids=1 is invalid"),
-])
+]))
 def test_a_bad_grid_selection_fails_the_sweep_up_front(tmp_path, cli_env, grids, needle):
     results = tmp_path / "results"
     res = sweep("smoke", [f"results_dir={results}", grids], cli_env)
@@ -239,6 +241,7 @@ def test_a_bad_grid_selection_fails_the_sweep_up_front(tmp_path, cli_env, grids,
     assert not results.exists()
 
 
+@pytest.mark.slow
 def test_hydra_sweep_syntax_still_works(tmp_path, cli_env):
     """glob(...), choice(...), range(...) and a,b sweeps are composed and checked like any
     point (a dry run: each point is planned, nothing trains)."""

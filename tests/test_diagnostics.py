@@ -11,7 +11,7 @@ from conftest import train
 from kernelzoo import store
 from kernelzoo.diagnostics import (SPREAD_MIN, VANISH_RATIO, dead_keys, divergence,
                                    feature_ranks, measure, read_margins, written_features)
-from kernelzoo.feature_maps import build_feature_map
+from kernelzoo.catalog import build_feature_map
 from kernelzoo.model import RetrievalModel
 from kernelzoo.task import RetrievalTask
 

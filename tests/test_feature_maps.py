@@ -4,18 +4,14 @@ are float64 with fixed seeds."""
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from kernelzoo.feature_maps import (
-    FEATURE_MAPS,
-    ConfigError,
-    FeatureMap,
-    InfeasibleError,
-    build_feature_map,
-    resolve_params,
-)
+from kernelzoo.catalog import FEATURE_MAPS, ConfigError, InfeasibleError, build_feature_map, resolve_params
+from kernelzoo.feature_maps import FeatureMap
 from kernelzoo.random_features import gram_schmidt, orthogonal_projection
 from kernelzoo.zoo import _max_sketch
 
@@ -259,6 +255,18 @@ POSITIVE = {"relu", "elu", "dpfp", "favor", "squared_relu", "sigmoid", "hedgehog
 def test_every_registered_map_is_covered():
     assert set(FEATURE_MAPS) == {name for name, _, _ in SHAPE_CASES}
     assert all(issubclass(cls, FeatureMap) and cls.name == name for name, cls in FEATURE_MAPS.items())
+
+
+def test_the_maps_import_the_base_and_the_base_imports_no_map():
+    """feature_maps (base class, helpers, registry) is imported by the maps and by the catalog,
+    and imports none of them: alone it registers nothing; the catalog registers the built-ins
+    in the order of the "valid:" lists."""
+    code = ("import sys, kernelzoo.feature_maps as f; "
+            "print(sorted(m for m in sys.modules if m.startswith('kernelzoo')), len(f.FEATURE_MAPS))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["['kernelzoo',", "'kernelzoo.feature_maps']", "0"]
+    assert list(FEATURE_MAPS)[:9] == ["softmax", "identity", "relu", "elu", "tanh", "dpfp", "favor",
+                                      "trig", "taylor"]
 
 
 @pytest.mark.parametrize("case, d_dot", list(zip(SHAPE_CASES, EXPECTED_D_DOT)), ids=[c[0] for c in SHAPE_CASES])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PYTHON, REPO, run_cmd, smoke_args, train
+from conftest import PYTHON, REPO, run_cmd, slow_but, smoke_args, train
 
 from kernelzoo import progress
 
@@ -62,6 +62,7 @@ def test_every_experiment_is_multirun_by_itself():
         assert yaml.safe_load(path.read_text())["hydra"]["mode"] == "MULTIRUN", path.name
 
 
+@pytest.mark.slow
 def test_an_experiment_runs_as_a_sweep_without_dash_m(tmp_path, cli_env):
     res = train(["+experiments=smoke", *smoke_args(tmp_path / "results"), "dry_run=true"],
                 cli_env)
@@ -69,6 +70,7 @@ def test_an_experiment_runs_as_a_sweep_without_dash_m(tmp_path, cli_env):
     assert "sweep smoke: 6 points" in res.stdout
 
 
+@pytest.mark.slow
 def test_cfg_job_and_help(tmp_path, cli_env):
     res = run_cmd([PYTHON, "-m", "kernelzoo.train", "--cfg", "job", "feature_map=dpfp"], cli_env,
                   cwd=tmp_path)
@@ -96,7 +98,7 @@ def test_make_takes_one_results_directory_from_args_or_results(cli_env):
     assert "RESULTS=/tmp/elsewhere" in res.stdout
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", slow_but({1}, [1, 2]))
 def test_a_run_says_how_many_threads_it_uses(tmp_path, cli_env, threads):
     res = train(["trainer=smoke", "logger=none", "d_key=4", "n_keys=3", "trainer.max_steps=50",
                  f"results_dir={tmp_path / 'r'}", f"trainer.threads={threads}"], cli_env)
@@ -104,6 +106,7 @@ def test_a_run_says_how_many_threads_it_uses(tmp_path, cli_env, threads):
     assert re.search(rf"^run \S+: cpu, {threads} threads? of \d+ cores?$", res.stdout, re.M)
 
 
+@pytest.mark.slow
 def test_threads_must_be_positive(tmp_path, cli_env):
     res = train(["trainer.threads=0", f"results_dir={tmp_path / 'r'}"], cli_env)
     assert res.returncode == 2 and "trainer.threads=0" in res.stderr

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelzoo import random_features
-from kernelzoo.feature_maps import build_feature_map
+from kernelzoo.catalog import build_feature_map
 from kernelzoo.model import RetrievalModel, retrieval_loss
 from kernelzoo.reference import reference_eval_forward, reference_forward
 from kernelzoo.task import RetrievalTask

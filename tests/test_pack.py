@@ -5,12 +5,12 @@ import json
 
 import pytest
 import torch
-from conftest import PYTHON, base_env, run_cmd, smoke_args, sweep
+from conftest import PYTHON, base_env, run_cmd, slow_but, smoke_args, sweep
 from hydra import compose, initialize_config_dir
 
 from kernelzoo import pack, store
+from kernelzoo.catalog import build_feature_map
 from kernelzoo.config import CONF
-from kernelzoo.feature_maps import build_feature_map
 from kernelzoo.model import RetrievalModel, retrieval_loss
 from kernelzoo.task import RetrievalTask
 from kernelzoo.train import run
@@ -53,7 +53,7 @@ def assert_same_curve(a, b, rel):
         assert x["eval_accuracy"] == y["eval_accuracy"]
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", slow_but({"dpfp", "favor_redrawn"}, CASES))
 def test_a_run_in_a_pack_with_other_seeds_and_more_keys_is_the_run_alone(tmp_path, case):
     """float64: the same batches and the same curve within 1e-6 over 300 steps, beside a
     run of another seed and a run with more keys (padded)."""
@@ -126,6 +126,7 @@ def test_packs_keep_padding_within_a_quarter_of_the_work():
         [1, 1, 1, 1, 4]
 
 
+@pytest.mark.slow
 def test_the_smoke_sweep_packed_and_alone_gives_the_same_runs(smoke_results, tmp_path):
     """The session's smoke sweep packs by default (trainer.pack=auto); with trainer.pack=1
     every run trains alone: same statuses and losses."""
@@ -143,6 +144,7 @@ def test_the_smoke_sweep_packed_and_alone_gives_the_same_runs(smoke_results, tmp
             assert packed[rid]["final_eval_loss"] == pytest.approx(s["final_eval_loss"], rel=1e-4)
 
 
+@pytest.mark.slow  # torch.compile: trainer.compile=auto compiles on CUDA only
 @pytest.mark.parametrize("rule", ["sum", "fwm", "favor"])
 def test_compiled_and_eager_steps_agree(tmp_path, rule):
     """trainer.compile=true (torch.compile of the pack's step) against eager, float64, a
@@ -170,6 +172,7 @@ def test_compile_auto_is_for_cuda_and_bad_values_are_refused():
     assert pack.most_runs("3", "cpu", 32, 64, False)(600) == 3
 
 
+@pytest.mark.slow
 def test_each_run_of_a_pack_logs_its_own_wandb_run(tmp_path):
     """Offline wandb: the runs of one pack are concurrent wandb runs of one process, each with
     its own files and its own summary."""

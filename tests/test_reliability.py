@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import (DONE, INFEASIBLE, PYTHON, REPO, SMOKE_INFEASIBLE, SMOKE_POINTS, TINY,
-                      base_env, copy_results, done_counts, json_file,
-                      leftover_temp_files, read_all, run_cmd, run_ids, runs_dir, smoke_args,
+                      base_env, copy_results, done_counts, json_file, leftover_temp_files,
+                      once_per_session, read_all, run_cmd, run_ids, runs_dir, smoke_args,
                       snapshot, sweep, train)
 from hydra import compose, initialize_config_dir
 
@@ -113,6 +113,7 @@ LOCAL2 = ["launcher=local", "hydra.launcher.n_jobs=2"]
 RUN_LINE = re.compile(r"^run \S+: ", re.M)  # a run has started training
 
 
+@pytest.mark.slow
 def test_kill_two_workers_once_then_resume(tmp_path, cli_env, background):
     """Quick variant: 2 joblib workers, one SIGKILL of the whole process group mid-run."""
     results = tmp_path / "results"
@@ -166,6 +167,7 @@ def test_kill_two_workers_at_random_moments(tmp_path, cli_env, background):
     assert set(counts) == {r for r, s in summaries.items() if s["status"] != "infeasible"}
 
 
+@pytest.mark.slow
 def test_two_sweeps_at_once_share_the_work(tmp_path, cli_env, background):
     """Two sweeps started together on one results directory: no run_id is trained twice, no
     file is corrupted, and together they finish every point."""
@@ -237,11 +239,16 @@ CORRUPT = '{"run_id": "garbage", "status": [1, 2\n'
 
 
 @pytest.fixture(scope="module")
-def cli_runs(smoke_results, tmp_path_factory):
-    """Every command-line case of this module, run once: {case: {result, results, rid, before}}.
-    ``results`` is the case's results directory, ``rid`` its pre-existing finished run and
-    ``before`` a snapshot of its runs (or of the whole store for the analysis case)."""
-    root = tmp_path_factory.mktemp("cli")
+def cli_runs(smoke_results, tmp_path_factory, worker_id):
+    """Every command-line case of this module, run once per test session (``once_per_session``):
+    {case: {result, results, rid, before}}. ``results`` is the case's results directory,
+    ``rid`` its pre-existing finished run and ``before`` a snapshot of its runs (or of the
+    whole store for the analysis case)."""
+    return once_per_session(tmp_path_factory, worker_id, "cli",
+                            lambda root: _cli_runs(smoke_results, root))
+
+
+def _cli_runs(smoke_results, root):
     env = base_env(root)
     train_cmd = [PYTHON, "-m", "kernelzoo.train"]
     jobs = {}

@@ -38,7 +38,8 @@ def scratch(tmp_path: Path) -> Path:
                 shutil.copy(store / name, copy / name)
     shutil.copytree(ROOT / "experiments", tmp_path / "experiments")
     (tmp_path / "docs").mkdir()
-    shutil.copy(ROOT / "docs" / "results.md", tmp_path / "docs" / "results.md")
+    for name in ("results.md", "analysis.md"):
+        shutil.copy(ROOT / "docs" / name, tmp_path / "docs" / name)
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     return tmp_path
 

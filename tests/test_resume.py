@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import PYTHON, train as cli_train
+from conftest import PYTHON, slow_but, train as cli_train
 from test_pack import CASES, composed
 
 from kernelzoo import checkpoint, store
@@ -56,7 +56,7 @@ def assert_same_run(a, b, rid):
            {k: v for k, v in sb.items() if k.startswith(("feature_rank", "dead", "margin"))}
 
 
-@pytest.mark.parametrize("case", list(RESUME_CASES))
+@pytest.mark.parametrize("case", slow_but({"elu", "favor_redrawn"}, RESUME_CASES))
 def test_a_run_continued_from_its_checkpoint_is_the_run_that_never_stopped(tmp_path, case,
                                                                             monkeypatch):
     """Killed after the evaluation at step 200, before its checkpoint: the rerun continues

@@ -9,6 +9,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from conftest import DONE, analyze, smoke_args, sweep
 
 from kernelzoo.config import SearchConf
@@ -23,6 +24,7 @@ def probes_of(results) -> dict:
     return json.loads((results / "smoke" / "search.json").read_text())["series"]
 
 
+@pytest.mark.slow
 def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path, cli_env):
     results = tmp_path / "results"
     # "interrupted" after its first round: search.max_rounds=1
@@ -71,6 +73,7 @@ def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path
     assert "## Search probes" in report and "bracket: " in report
 
 
+@pytest.mark.slow
 def test_bad_search_settings_fail_in_one_line_before_training(tmp_path, cli_env):
     results = tmp_path / "results"
     for bad, needle in (("search.resolution=0.5", "search.resolution=0.5"),

@@ -70,6 +70,7 @@ def interrupt_then_rerun(tmp_path, cli_env, background, launcher: list, sig: int
     assert json_file(results / "sig" / "sweep.json")["invocations"][-1].get("interrupted") is None
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_basic_sweep(tmp_path, cli_env, background):
     """The basic launcher trains in the sweep's own process: the run in flight unwinds. No
     workers to wait for, so shorter runs (the rerun trains both: ~8 s instead of ~40)."""

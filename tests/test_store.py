@@ -19,8 +19,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import (PYTHON, TINY, analyze, json_file, run_cmd, runs_dir, smoke_args,
-                      snapshot, sweep, train)
+from conftest import (PYTHON, TINY, analyze, json_file, once_per_session, run_cmd, runs_dir,
+                      smoke_args, snapshot, sweep, train)
 from synthetic import write_run, write_series
 
 from kernelzoo import files, store
@@ -79,10 +79,14 @@ def analysis_args(exp: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def old_and_new(tmp_path_factory):
+def old_and_new(tmp_path_factory, worker_id):
     """A store analysed once (the old outputs), then grown by one seed; the outputs a complete
-    analysis of the grown store writes (the new ones)."""
-    root = tmp_path_factory.mktemp("atomic")
+    analysis of the grown store writes (the new ones). Made once per test session
+    (``once_per_session``)."""
+    return once_per_session(tmp_path_factory, worker_id, "atomic", _old_and_new)
+
+
+def _old_and_new(root: Path):
     env = _env(root)
     exp = analysis_store(root / "old")
     assert analyze(analysis_args(exp), env).returncode == 0
@@ -121,7 +125,8 @@ def _fresh(grown: Path, tmp_path: Path) -> Path:
     return work / "results" / "x"
 
 
-@pytest.mark.parametrize("at, how", [(4, "kill-replace"), (9, "kill-fsync")])
+@pytest.mark.parametrize("at, how", [(4, "kill-replace"),
+                                     pytest.param(9, "kill-fsync", marks=pytest.mark.slow)])
 def test_kill_9_at_a_write_point_leaves_old_or_new_files(old_and_new, tmp_path, at, how):
     grown, old, new, env = old_and_new
     exp = _fresh(grown, tmp_path)
@@ -157,6 +162,7 @@ def test_full_disk_is_one_line_and_keeps_the_old_file(old_and_new, tmp_path):
     assert not [p for p in exp.iterdir() if p.name.startswith(".")], "a temporary file is left"
 
 
+@pytest.mark.slow
 def test_full_disk_in_a_run_and_a_sweep_is_one_line(tmp_path, cli_env):
     results = tmp_path / "results"
     res = harness("kernelzoo.train", 1, "full-fsync", [f"results_dir={results}", *TINY], cli_env)
@@ -287,6 +293,7 @@ def test_force_keeps_the_finished_run_until_the_new_one_is_complete(tmp_path, mo
     assert sorted(p.name for p in path.parent.iterdir()) == [rid]
 
 
+@pytest.mark.slow
 def test_force_killed_mid_training_keeps_the_finished_run(tmp_path, cli_env, background):
     results = tmp_path / "results"
     args = [f"results_dir={results}", *TINY, "trainer.max_steps=1000", "trainer.patience=1000",
@@ -306,6 +313,7 @@ def test_force_killed_mid_training_keeps_the_finished_run(tmp_path, cli_env, bac
 
 # ------------------------------------------------------------------ file modes
 
+@pytest.mark.slow
 def test_files_follow_the_umask_and_stay_in_results_dir(tmp_path, cli_env):
     """With umask 002 (a group sharing a cluster's results): files 664, directories 775,
     none left at mkstemp's 600. A one-point sweep (run, index, sweep.json, Hydra's logs), then

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import slow_but
 from hydra import compose, initialize_config_dir
 
 from kernelzoo import runner, store, tracking
 from kernelzoo import train as train_module
+from kernelzoo.catalog import build_feature_map
 from kernelzoo.config import CONF
-from kernelzoo.feature_maps import build_feature_map
 from kernelzoo.model import RetrievalModel
 from kernelzoo.pack import Pack
 from kernelzoo.task import RetrievalTask
@@ -64,6 +65,7 @@ def test_elu_20_keys_converges_and_writes_a_complete_store_entry(tmp_path):
     assert "wandb: offline" in res.stdout
 
 
+@pytest.mark.slow
 def test_finished_run_is_skipped_and_force_reruns_it(tmp_path):
     args = ("feature_map=elu", "n_keys=4", "d_key=8", "trainer=smoke",
             "trainer.max_steps=100", f"results_dir={tmp_path}", "logger=none")
@@ -78,6 +80,7 @@ def test_finished_run_is_skipped_and_force_reruns_it(tmp_path):
     assert (path / "summary.json").stat().st_mtime_ns != first
 
 
+@pytest.mark.slow
 def test_run_directory_without_summary_is_redone_from_scratch(tmp_path):
     args = ("feature_map=elu", "n_keys=4", "d_key=8", "trainer=smoke",
             "trainer.max_steps=100", f"results_dir={tmp_path}", "logger=none")
@@ -102,12 +105,12 @@ def test_infeasible_d_dot_is_recorded_with_its_reason_and_exit_0(tmp_path):
     assert summary["steps"] == 0 and not (path / "curve.csv").exists()
 
 
-@pytest.mark.parametrize("args, needle", [
+@pytest.mark.parametrize("args, needle", slow_but({(("n_keys=0",), "n_keys=0")}, [
     (("feature_map=dpfp", "feature_map.nu=0"), "nu"),
     (("n_keys=0",), "n_keys=0"),
     (("trainer.device=quantum",), "quantum"),
     (("memory.update_rule=magic",), "magic"),
-])
+]))
 def test_rejected_config_exits_2_with_one_short_line(tmp_path, args, needle):
     res = cli(*args, f"results_dir={tmp_path}", "logger=none")
     assert res.returncode == 2
@@ -248,6 +251,7 @@ def test_published_capacity_dpfp1_60_converges_elu_120_does_not(tmp_path):
     assert by_map["elu"]["status"] != "converged" and by_map["elu"]["final_eval_loss"] > 1e-2
 
 
+@pytest.mark.slow
 def test_multirun_with_local_workers_from_python_dash_m(tmp_path):
     """`python -m kernelzoo.train -m launcher=local` works: workers can import the task."""
     res = cli("-m", "launcher=local", "hydra.launcher.n_jobs=2", "feature_map=elu", "n_keys=3,4",

@@ -11,8 +11,8 @@ import re
 import pytest
 import torch
 
-from kernelzoo.feature_maps import (FEATURE_MAPS, ConfigError, InfeasibleError,
-                                    build_feature_map, resolve_params)
+from kernelzoo.catalog import (FEATURE_MAPS, ConfigError, InfeasibleError, build_feature_map,
+                               resolve_params)
 from kernelzoo.model import RetrievalModel, retrieval_loss
 from kernelzoo.zoo import _max_sketch, quadratic_features
 

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from .feature_maps import build_feature_map
+from .catalog import build_feature_map
 from .model import RetrievalModel, retrieval_loss
 from .pack import Pack, most_runs
 from .task import RetrievalTask
@@ -101,7 +101,7 @@ def run_row(row: dict, device, clock: str, best_ms, budget_s: float) -> dict:
 
 
 def targets(rows: list[dict]) -> list[str]:
-    """The packing targets (issue #11): >= 3x run-throughput at n_keys 20 and 100, >= 1.5x at
+    """The packing targets: >= 3x run-throughput at n_keys 20 and 100, >= 1.5x at
     n_keys >= 300, for the engine as ``trainer.pack=auto``/``trainer.compile=auto`` choose on
     this device (the CPU: ``auto_pack``, eager) and for the best lever setting measured."""
     packed = [r for r in rows if r["case"] == "packed"]

@@ -38,54 +38,98 @@ def _cell(value, fmt: str) -> str:
     return str(value)
 
 
-NOTES = """\
-- Both sides use fused Adam (`ADAM`); `train.fit` passes `fused=True` too, so its steps
-  match the kernelzoo column (Adam's step alone: ~5.8 -> ~1.7 ms on 1.8M parameters, 1 thread).
-- Small n_keys: both sides are bound by per-op framework overhead (the n_keys 20 rows: ~1-7 ms
-  for ~100 small ops forward and backward), so ratios there sit near 1-2x; no eager-mode
-  rewrite removes that floor.
-- FAVOR+: both sides compute the same B x L x 2m features (projection, exp); that shared work
-  caps the ratio where the baseline's extra work (one-hot projection, state) is small, i.e. at
-  n_keys <= 200 for m = 64..512.
-- Evaluation at n_keys 100: the replicated baseline does only ~120-350x the multiply-adds of
-  the one pass (listed above), and the one pass also pays the framework floor, so 300x is out
-  of reach there; at n_keys 600 the ratio of work is ~700-1500x.
-- floor/kernelzoo: the fraction of the counted floor (`floor_ms`) reached; elementwise work and
-  overhead are not in the floor, so small rows sit far below 100%.
-- Rows with case `packed` (`bench_pack.py`): per run-step, a pack of `pack` runs of one n_keys
-  (eager, or compiled by torch.compile: `compile`, with its first-step cost `compile_s`)
-  against one run's eager step. On the CPU a pack pays only while its keys fit in cache
-  (`pack.most_runs`: 8 runs at n_keys 20, 2 at 100, none from 129 at d_key 64); beyond that
-  every elementwise pass goes to memory and an eager pack of 8 or 32 costs as much as its runs
-  alone or more. Compilation fuses those passes (one run compiled: see Targets), but its cost
-  grows with the pack (minutes for DPFP-2 packs of 32 from n_keys 300 and of 8 at 600, which
-  then ran slower than their runs alone eager) and is paid per new shape in every worker, and
-  what a compiled run gains differs between CPUs (one DPFP-2 run from n_keys 300: ~1x on an
-  AMD EPYC, 1.7-1.8x on an Intel Xeon), which is why `trainer.compile=auto` compiles on CUDA
-  only.
-- Rows `fwm` and `fwm_read` (DPFP-1, Setting 2, S 200, L 400; no target was set for them):
-  the literal loop updates the whole (B, d_v, D) state at every write and autograd keeps each
-  one; `fwm.state` (what `memory.read` uses from 8192 state entries) forms the state once per
-  chunk of `chunk_size` writes (16, `conf/memory/fwm.yaml`) and loops over (B, d_v) vectors in
-  between, its backward written out. Both stay far from the floor: a write is a sequential
-  step of small operations, so framework overhead sets the time.
-- Sweep wall times are read from each sweep's `sweep.json` (written by the sweeper, summed over
-  its invocations; `--sweeps` names the results directory). figure2's stopping rule trains
-  ~600k steps, most of the run time in points above capacity that train until the plateau rule
-  stops them: at this table's per-step costs that is about 3 hours of one core; packed, it took
-  80 min on 2 cores, and 75 needs more per-step speed at n_keys >= 300 than the ~25-55% of the
-  counted floor the train step reaches there. More cores or a GPU (`scripts/gpu_check.sh`) is
-  the way there.
-"""
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a ``bench.csv`` as ``write_csv`` wrote them (numbers back as numbers, empty
+    cells as nan), to rebuild ``bench.md`` without measuring again."""
+    def number(text):
+        return float(text) if text else float("nan")
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            row = {k: number(r[k]) for k in COLUMNS if k.endswith(("_ms", "_mb", "_s")) or k == "ratio"}
+            row.update(case=r["case"], feature_map=r["feature_map"], n_keys=int(r["n_keys"]),
+                       d_dot=r["d_dot"] if r["d_dot"] == "inf" else int(float(r["d_dot"])),
+                       pack=int(r["pack"]), compile=r["compile"] == "True")
+            rows.append(row)
+    return rows
 
 
-def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
-                   target_lines: list[str]) -> None:
-    """bench.md: the machine, the command, the table with the fraction of the floor reached,
-    target_lines (``targets`` and ``sweep_targets``) and the notes."""
+def _span(values, fmt: str) -> str:
+    """'lo-hi' of values in fmt, or one value when they agree to the shown digits."""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def notes(rows: list[dict], eval_flop_ratio=None) -> list[str]:
+    """What the table's numbers mean, each quoted from ``rows`` (eval_flop_ratio: as in
+    ``targets``; without it the evaluation note is left out)."""
+    from . import memory, pack
+
+    train = [r for r in rows if r["case"] == "train_step"]
+    out = ["Both sides use fused Adam (`ADAM`), as the training loop does on the CPU, so the "
+           "kernelzoo column is the step a run takes."]
+    if train:
+        small = min(r["n_keys"] for r in train)
+        at = [r for r in train if r["n_keys"] == small]
+        out.append(f"Small n_keys: both sides are bound by per-op framework overhead (the n_keys "
+                   f"{small} rows: {_span([r[k] for r in at for k in ('baseline_ms', 'kernelzoo_ms')], '{:.1f}')}"
+                   f" ms for about a hundred small ops forward and backward), so the ratios there "
+                   f"are {_span([r['ratio'] for r in at], '{:.1f}')}x; no eager-mode rewrite "
+                   "removes that floor.")
+        lowest = sorted({s for s in {r["n_keys"] for r in train}
+                         if min((r for r in train if r["n_keys"] == s),
+                                key=lambda r: r["ratio"])["feature_map"].startswith("favor")})
+        if lowest:
+            out.append("FAVOR+: both sides compute the same B x L x 2m features (projection, exp); "
+                       "that shared work caps the ratio where the baseline's extra work (one-hot "
+                       "projection, state) is small: a FAVOR+ row has the lowest train-step ratio "
+                       f"at n_keys {', '.join(map(str, lowest))}.")
+    evals = [r for r in rows if r["case"] == "eval"]
+    if evals and eval_flop_ratio is not None:
+        spans = [f"{_span([eval_flop_ratio(r, r['d_dot']) for r in evals if r['n_keys'] == s], '{:.0f}')}x"
+                 f" at n_keys {s}" for s in sorted({r["n_keys"] for r in evals})]
+        out.append("Evaluation: the replicated baseline does this many times the multiply-adds "
+                   f"of the one pass (listed above): {', '.join(spans)}; the one pass also pays "
+                   "the framework floor, so no ratio reaches those bounds.")
+    out.append("floor/kernelzoo: the fraction of the counted floor (`floor_ms`) reached; "
+               "elementwise work and overhead are not in the floor, so small rows sit far below "
+               "100%.")
+    if any(r["case"] == "packed" for r in rows):
+        runs = pack.most_runs("auto", "cpu", 32, 64, False)
+        alone = next(s for s in range(1, 10_000) if runs(s) == 1)
+        out.append("Rows with case `packed` (`bench_pack.py`): per run-step, a pack of `pack` runs "
+                   "of one n_keys (eager, or compiled by torch.compile: `compile`, with its "
+                   "first-step cost `compile_s`) against one run's eager step. On the CPU a pack "
+                   f"pays only while its keys fit in cache (`pack.most_runs`: {runs(20)} runs at "
+                   f"n_keys 20, {runs(100)} at 100, none from {alone} at d_key 64); beyond that "
+                   "every elementwise pass goes to memory. Compilation fuses those passes, but "
+                   "its cost grows with the pack, is paid per new shape in every worker, and what "
+                   "it gains differs between CPUs, which is why `trainer.compile=auto` compiles "
+                   "on CUDA only.")
+    if any(r["case"].startswith("fwm") for r in rows):
+        out.append("Rows `fwm` and `fwm_read` (DPFP-1, Setting 2): the literal loop updates the "
+                   "whole (B, d_v, D) state at every write and autograd keeps each one; "
+                   f"`fwm.state` (what `memory.read` uses from {memory.FWM_CHUNKED_FROM} state "
+                   "entries) forms the state once per chunk of `chunk_size` writes "
+                   "(`conf/memory/fwm.yaml`) and loops over (B, d_v) vectors in between, its "
+                   "backward written out. A write is a sequential step of small operations, so "
+                   "framework overhead sets the time.")
+    large = [r["floor_ms"] / r["kernelzoo_ms"] for r in train if r["n_keys"] >= 300
+             and not math.isnan(r["floor_ms"])]
+    out.append("Sweep wall times are read from each sweep's `sweep.json` (written by the sweeper, "
+               "summed over its invocations; `--sweeps` names the results directory). Most of "
+               "figure2's steps are in points above capacity that train until the plateau rule "
+               "stops them"
+               + (f"; at n_keys >= 300 the train step reaches {_span(large, '{:.0%}')} of the "
+                  "counted floor here, so more cores or a GPU (`scripts/gpu_check.sh`) is the way "
+                  "to a shorter sweep." if large else "."))
+    return out
+
+
+def _header(device, clock, rates, seconds: float) -> list[str]:
     cores = len(os.sched_getaffinity(0))
     gpu = f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
-    lines = [
+    return [
         "# kernelzoo benchmark", "",
         f"- machine: {store.cpu_model()}, {cores} cores{gpu}; torch {torch.__version__}, "
         f"{plural(torch.get_num_threads(), 'thread')}, device {device}",
@@ -96,6 +140,26 @@ def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
         "in the rows of sum-rule training steps (train_step, packed) and the fwm rows",
         "- peak memory: rise of the peak RSS over one unit of work (a step, an evaluation) in a "
         "fresh subprocess (cuda: max_memory_allocated, in process); empty where not measured", "",
+    ]
+
+
+def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
+                   target_lines: list[str], eval_flop_ratio=None) -> None:
+    """bench.md: the machine, the command, the table with the fraction of the floor reached,
+    target_lines (``targets`` and ``sweep_targets``) and the notes."""
+    _write(rows, path, _header(device, clock, rates, seconds), target_lines, eval_flop_ratio)
+
+
+def rewrite_markdown(rows, path: Path, target_lines: list[str], eval_flop_ratio=None) -> None:
+    """bench.md again from ``rows`` (``read_csv``), keeping the machine lines of the bench.md at
+    ``path``: the table, targets and notes follow the CSV without measuring again."""
+    old = path.read_text().splitlines()
+    header = old[:old.index("", old.index("# kernelzoo benchmark") + 2) + 1]
+    _write(rows, path, header, target_lines, eval_flop_ratio)
+
+
+def _write(rows, path: Path, header: list[str], target_lines: list[str], eval_flop_ratio) -> None:
+    lines = header + [
         "| " + " | ".join(COLUMNS + ["floor/kernelzoo"]) + " |",
         "|" + "---|" * (len(COLUMNS) + 1),
     ]
@@ -104,7 +168,7 @@ def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
         floor = r["floor_ms"] / r["kernelzoo_ms"]
         lines.append("| " + " | ".join(cells + ["" if math.isnan(floor) else f"{floor:.0%}"]) + " |")
     lines += ["", "## Targets", ""] + [f"- {t}" for t in target_lines]
-    lines += ["", "## Notes", "", NOTES]
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in notes(rows, eval_flop_ratio)]
     files.atomic_write_text(path, "\n".join(lines) + "\n")
 
 

@@ -99,14 +99,14 @@ def flushes_denormals(setting: str, update_rule: str, normalisation: str, traini
 
     - the fwm rule, always: each write takes its key's direction out of the state and divides
       by the norm, so entries of values not written again decay below 1e-38 beside entries near
-      1, and kept they slowed a step 2.8-3.3x on an Intel Xeon (README, Where to run);
+      1, and on some CPUs every operation on a denormal is many times slower
+      (docs/performance.md);
     - the sum rule's training steps, unless keys are sum-normalised: FAVOR+'s exp features
-      underflow there at every n_keys, and kept they slowed its steps up to 4x on an Intel
-      Xeon (m = 512 at 60 keys). There a denormal is added to larger terms, divided by a
-      denominator holding eps, or moves a parameter by far less than its last bit: trained
-      parameters were bit-identical flushed and not (FAVOR+, ELU+1, DPFP-2, softmax, hedgehog;
-      tests/test_train.py). Evaluations keep IEEE gradual underflow: outputs that small still
-      rank the values for accuracy.
+      underflow there at every n_keys. There a denormal is added to larger terms, divided by a
+      denominator holding eps, or moves a parameter by far less than its last bit, so trained
+      parameters are bit-identical flushed and not (tests/test_train.py checks it).
+      Evaluations keep IEEE gradual underflow: outputs that small still rank the values for
+      accuracy.
 
     The delta rule and sum normalisation keep IEEE gradual underflow: there a number that small
     is part of what a run measures (a sum-normalised key of underflowed features is 0 / 0 when

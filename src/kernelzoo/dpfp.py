@@ -1,17 +1,14 @@
 """DPFP, the deterministic parameter-free projection (reference §6.3; the examples of §6.5-6.6),
 and its fast path: for one query, phi(k) . phi(q) by the kernel trick, without building the
-2 d_key nu features (same numbers). DPFP registers with ``register`` as every map does;
-feature_maps.py imports this module so that the registry has it.
+2 d_key nu features (same numbers). ``catalog.py`` registers it.
 """
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from .feature_maps import (FeatureMap, InfeasibleError, _batch_slices, _count, _derive, _is_count, _require,
-                           register)
+from .feature_maps import FeatureMap, InfeasibleError, as_count, batch_slices, derive, is_count, require
 
 
-@register
 class DPFP(FeatureMap):
     """Deterministic parameter-free projection, §6.3: r = relu([x, -x]) in R^{2 d_key} and
     phi = concat_{s=1..nu} r * roll(r, -s), i.e. (r * r^(s))_i = r_i r_{(i+s) mod 2 d_key}.
@@ -26,11 +23,11 @@ class DPFP(FeatureMap):
 
     def __init__(self, d_key, nu=1):
         super().__init__(d_key, 2 * d_key * nu, {"nu": nu})
-        _require(d_key >= 2, f"dpfp: d_key must be >= 2 (at d_key=1 every feature is relu(x) relu(-x) = 0), "
+        require(d_key >= 2, f"dpfp: d_key must be >= 2 (at d_key=1 every feature is relu(x) relu(-x) = 0), "
                              f"got {d_key!r}")
         valid = f"an integer in [1, d_key-1] = [1, {d_key - 1}]"
-        _require(_is_count(nu), f"dpfp: nu must be {valid}, got {nu!r}")
-        _require(nu < d_key, f"dpfp: {_dpfp_repeats(nu, d_key)}; nu must be {valid}")
+        require(is_count(nu), f"dpfp: nu must be {valid}, got {nu!r}")
+        require(nu < d_key, f"dpfp: {_dpfp_repeats(nu, d_key)}; nu must be {valid}")
         self.nu = nu
 
     def forward(self, x, is_query=False):
@@ -56,14 +53,14 @@ class DPFP(FeatureMap):
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
-        nu = _count(d_dot / (2 * d_key)) if _count(d_dot) else None
+        nu = as_count(d_dot / (2 * d_key)) if as_count(d_dot) else None
         if nu is None or nu >= d_key:
             why = "d_dot must be 2*d_key*nu" if nu is None else _dpfp_repeats(nu, d_key)
             raise InfeasibleError(
                 f"dpfp cannot reach d_dot={d_dot} with d_key={d_key}: {why}; reachable (nu <= d_key-1): "
                 f"{_dpfp_d_dots(d_key)}"
             )
-        return {**_derive(cls.name, params, "nu", nu, d_dot), "d_key": d_key}
+        return {**derive(cls.name, params, "nu", nu, d_dot), "d_key": d_key}
 
 
 def _dpfp_repeats(nu, d_key):
@@ -105,7 +102,7 @@ class _DPFPScores(torch.autograd.Function):
         ctx.save_for_backward(k, w)
         ctx.nu = nu
         out = k.new_empty(k.shape[:-1] + (1,))
-        for b in _batch_slices(k):
+        for b in batch_slices(k):
             u = _relu_pm(k[b]) * w[b]
             torch.sum(u * _window(u, nu), dim=-1, keepdim=True, out=out[b])
         return out
@@ -117,7 +114,7 @@ class _DPFPScores(torch.autograd.Function):
         d = k.shape[-1]
         grad_k = torch.empty_like(k)
         grad_w = torch.empty_like(w) if ctx.needs_input_grad[1] else None
-        for b in _batch_slices(k):
+        for b in batch_slices(k):
             r = _relu_pm(k[b])
             win = _window(r * w[b], ctx.nu)
             grad_u = grad[b] * (win + win.roll(ctx.nu + 1, dims=-1))  # d s / d u

@@ -4,8 +4,8 @@ Every map is an nn.Module that declares its own output width `d_dot`, the capaci
 memory it feeds (reference §2.2: at most d_dot non-interfering associations). References to
 "§" are to the reference document (The Kernel Zoo); "task-spec" is the authors' protocol.
 
-    phi = build_feature_map("dpfp", d_key=64, nu=2)        # phi.d_dot == 256
-    phi = build_feature_map("favor", d_key=64, d_dot=128)  # m resolved from d_dot: m == 128
+    phi = catalog.build_feature_map("dpfp", d_key=64, nu=2)        # phi.d_dot == 256
+    phi = catalog.build_feature_map("favor", d_key=64, d_dot=128)  # m from d_dot: m == 128
     phi.maybe_redraw()                                     # once per model forward
     k, q = phi(keys), phi(query, is_query=True)            # (..., d_key) -> (..., d_dot)
     s = phi.scores(keys, query)                            # (B, Q, L): phi(q_j) . phi(k_l)
@@ -13,10 +13,12 @@ memory it feeds (reference §2.2: at most d_dot non-interfering associations). R
 `scores` is what the sum rule reads; DPFP and FAVOR+ compute it without materialising all the
 features at once (same numbers; their fast paths are in dpfp.py and random_features.py).
 
-This module holds the base class, the registry and the deterministic maps (softmax, the
-elementwise maps, taylor); DPFP is in dpfp.py, the random maps (favor, trig) are in
-random_features.py and the wider zoo in zoo.py, each registering its maps with ``register``.
-This module knows no config system: parameters are plain values.
+This module holds the base class, the helpers the maps share, the registry and the
+deterministic maps (softmax, the elementwise maps, taylor); DPFP is in dpfp.py, the random maps
+(favor, trig) are in random_features.py and the wider zoo in zoo.py. Those modules import this
+one; it imports none of them. ``catalog.py`` imports them all, registers the built-in maps and
+builds a map by name (``catalog.build_feature_map``). This module knows no config system:
+parameters are plain values.
 """
 
 import inspect
@@ -35,17 +37,17 @@ class InfeasibleError(ValueError):
     """A requested d_dot that the map cannot reach with the given d_key and parameters."""
 
 
-def _require(ok, message):
+def require(ok, message):
     if not ok:
         raise ConfigError(message)
 
 
-def _is_count(value):
+def is_count(value):
     """True for an integer (not a bool) >= 1."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
 
 
-def _count(value):
+def as_count(value):
     """`value` as an int if it is a whole number >= 1 (e.g. 128 or 128.0), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
@@ -64,7 +66,7 @@ class FeatureMap(nn.Module):
 
     def __init__(self, d_key, d_dot, params):
         super().__init__()
-        _require(_is_count(d_key), f"{self.name}: d_key must be an integer >= 1, got {d_key!r}")
+        require(is_count(d_key), f"{self.name}: d_key must be an integer >= 1, got {d_key!r}")
         self.d_key, self.d_dot = d_key, d_dot
         self._params = params
 
@@ -152,9 +154,9 @@ class _Elementwise(FeatureMap):
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
-        if _count(d_dot) is None:
+        if as_count(d_dot) is None:
             raise InfeasibleError(f"{cls.name} cannot reach d_dot={d_dot}: d_dot = d_key must be an integer >= 1")
-        return {**params, "d_key": _count(d_dot)}
+        return {**params, "d_key": as_count(d_dot)}
 
 
 class Identity(_Elementwise):
@@ -226,7 +228,7 @@ class Taylor(FeatureMap):
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
-        n = _count(d_dot)
+        n = as_count(d_dot)
         d = (math.isqrt(8 * n + 1) - 3) // 2 if n else 0  # root of (d+1)(d+2)/2 = d_dot
         if d < 1 or _taylor_d_dot(d) != n:
             raise InfeasibleError(
@@ -241,9 +243,9 @@ def _taylor_d_dot(d_key):
     return 1 + d_key + d_key * (d_key + 1) // 2
 
 
-def _derive(name, params, key, value, d_dot):
+def derive(name, params, key, value, d_dot):
     """params with params[key] = value; an explicitly given, different value is a ConfigError."""
-    _require(
+    require(
         params.get(key, value) == value,
         f"{name}: {key}={params.get(key)!r} contradicts d_dot={d_dot} (which needs {key}={value})",
     )
@@ -286,7 +288,7 @@ def batched_dot(a, b):
     return _BatchedDot.apply(a, b)
 
 
-def _batch_slices(x, widen=2, elements=1 << 18):
+def batch_slices(x, widen=2, elements=1 << 18):
     """Slices of x's first dim such that intermediates `widen` times the size of x[slice] have
     about `elements` entries on the CPU and stay in cache; one slice on other devices."""
     per_item = max(1, int(x[:1].numel() * widen))
@@ -302,66 +304,13 @@ ENTRY_POINTS = "kernelzoo.feature_maps"  # where installed packages register the
 
 def register(cls):
     """Class decorator: add a FeatureMap subclass to the registry under its ``name``. The
-    built-in maps, the wider zoo (zoo.py) and a user's own maps all register this way; a user's
-    package makes its module (or class) an entry point of the group ``kernelzoo.feature_maps``
-    so that kernelzoo imports it when a config names a map it does not know."""
-    _require(isinstance(cls, type) and issubclass(cls, FeatureMap) and cls.name,
+    catalog registers the built-in maps this way, and a user's own maps register themselves; a
+    user's package makes its module (or class) an entry point of the group
+    ``kernelzoo.feature_maps`` so that the catalog imports it when a config names a map it does
+    not know."""
+    require(isinstance(cls, type) and issubclass(cls, FeatureMap) and cls.name,
              f"register: {cls!r} is not a FeatureMap subclass with a name")
-    _require(FEATURE_MAPS.get(cls.name, cls) is cls,
+    require(FEATURE_MAPS.get(cls.name, cls) is cls,
              f"register: feature map {cls.name!r} is already registered by {FEATURE_MAPS.get(cls.name)}")
     FEATURE_MAPS[cls.name] = cls
     return cls
-
-
-def _load_entry_points():
-    """Import every entry point of ENTRY_POINTS (a FeatureMap class is registered; a module
-    registers its own maps with @register on import)."""
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINTS):
-        try:
-            loaded = ep.load()
-        except Exception as err:
-            raise ConfigError(f"feature map plugin {ep.name!r} ({ep.value}) failed to import: "
-                              f"{type(err).__name__}: {err}") from None
-        if isinstance(loaded, type) and issubclass(loaded, FeatureMap):
-            register(loaded)
-
-
-def _lookup(name, params):
-    """The class registered as `name`, after checking that it takes every parameter in params."""
-    if name not in FEATURE_MAPS:
-        _load_entry_points()
-    _require(name in FEATURE_MAPS, f"unknown feature map {name!r}; valid: {', '.join(FEATURE_MAPS)}")
-    cls = FEATURE_MAPS[name]
-    valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "d_key")]
-    for p in params:
-        _require(p in valid, f"{name}: unknown parameter {p!r}; valid: {', '.join(valid) or '(none)'}")
-    return cls
-
-
-def resolve_params(name, d_key, d_dot, **params):
-    """Constructor kwargs (including d_key) with which FEATURE_MAPS[name] has this d_dot: nu for
-    dpfp, m for favor and trig, d_key itself for the elementwise maps and taylor. A sizing
-    parameter given explicitly must agree with d_dot (else ConfigError); None means not given."""
-    params = {k: v for k, v in params.items() if v is not None}
-    cls = _lookup(name, params)
-    _require(_is_count(d_key), f"{name}: d_key must be an integer >= 1, got {d_key!r}")
-    return cls.params_for_d_dot(d_dot, d_key, **params)
-
-
-def build_feature_map(name, *, d_key, d_dot=None, **params):
-    """FEATURE_MAPS[name](d_key=d_key, **params); with d_dot, the sizing parameter is resolved
-    from it first (resolve_params). A parameter given as None takes its default."""
-    params = {k: v for k, v in params.items() if v is not None}
-    if d_dot is None:
-        return _lookup(name, params)(d_key=d_key, **params)
-    return FEATURE_MAPS[name](**resolve_params(name, d_key, d_dot, **params))
-
-
-for _cls in (Softmax, Identity, Relu, Elu, Tanh):
-    register(_cls)
-# the other modules register their maps on import, in the registry's order (that of "valid:" lists)
-from . import dpfp, random_features  # noqa: E402,F401  dpfp, then favor and trig
-register(Taylor)
-from . import zoo  # noqa: E402,F401  the wider zoo registers itself

@@ -39,9 +39,8 @@ from . import fwm
 from .config import NORMALISATIONS, UPDATE_RULES
 from .feature_maps import sum_normalise
 FWM_LAYER_NORM_EPS = 1e-5  # task spec: LayerNorm of the fwm output, no affine parameters
-# fwm: the chunked form (`fwm.state`) pays from about this many state entries B * d_v * D. Its
-# forward and backward against the literal loop on the 2-core CPU, 1 thread, idle, L 40: even
-# up to 2e3, 1.25x faster at 1e4, 1.7x at 2e4 (even at L 20), 2.4x at 4e4, 3.6x at 1.6e5.
+# fwm: the chunked form (`fwm.state`) pays from about this many state entries B * d_v * D; below
+# it the literal loop is as fast (`make bench`, rows fwm, compares the two).
 FWM_CHUNKED_FROM = 8192
 
 

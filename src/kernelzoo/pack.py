@@ -31,8 +31,13 @@ from typing import Callable
 
 import torch
 
+from . import fwm, random_features
 from .model import EMBED_FACTOR, RetrievalModel, read_out, retrieval_loss
 from .task import Batch
+
+# What a compiled step runs eagerly (a graph break; the rest of the step compiles): traced, the
+# Python loops of these functions (over fwm's writes, over FAVOR+'s batch slices) unroll.
+EAGER = ((fwm, "state"), (random_features, "_favor_key_scores"))
 
 LOG = logging.getLogger("kernelzoo.train")
 PADDING_WASTE = 0.25  # a pack's padded work is at most this fraction of its work (``form``)
@@ -42,10 +47,9 @@ CPU_ELEMENTS = 2**19  # trainer.pack=auto on the CPU: a pack's keys fit in ~2 MB
 
 def compiles(setting: str, device: torch.device) -> bool:
     """Whether ``trainer.compile`` compiles the step on ``device``: auto does on cuda, where a
-    step is hundreds of tiny kernel launches; on the CPU it does not (compiling costs 2-382 s
-    per shape and map in each worker, more than the quick sweeps' runs save, large compiled
-    DPFP-2 packs ran slower, and a compiled run's gain depends on the CPU: ``make bench``,
-    rows with case packed)."""
+    step is hundreds of tiny kernel launches; on the CPU it does not (compiling costs seconds to
+    minutes per shape and map in each worker, more than short runs save, and what it gains
+    depends on the CPU and the pack: ``make bench``, rows with case packed)."""
     return setting == "true" or (setting == "auto" and device.type == "cuda")
 
 
@@ -244,6 +248,7 @@ class Pack:
         ``torch.compile``: compiled code is cached per process (a sweep worker) and shape, so a
         worker compiles once per shape and map, not per run. If compilation fails, the first
         step says so in one line and the pack trains eagerly."""
+        _keep_eager()
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self.compiled = torch.compile(self._forward)
 
@@ -279,3 +284,13 @@ def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def _pad_positions(x: torch.Tensor, length: int) -> torch.Tensor:
     """(B, L) symbols padded to ``length`` with symbol 0 (a real key: masked, never 0 / 0)."""
     return torch.nn.functional.pad(x, (0, length - x.shape[1])) if x.shape[1] < length else x
+
+
+def _keep_eager() -> None:
+    """``torch.compiler.disable`` on each function of EAGER, in its module, once: done when a
+    pack first compiles rather than at import, as it imports ``torch._dynamo`` (seconds in
+    every process, most of which never compile)."""
+    for module, name in EAGER:
+        fn = getattr(module, name)
+        if not getattr(fn, "_torchdynamo_disable", False):
+            setattr(module, name, torch.compiler.disable(fn))

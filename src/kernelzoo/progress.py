@@ -38,9 +38,8 @@ def start(sweep_dir: str | Path, total: int, label: str = "", work: float | None
 def finished(sweep_dir: str | Path, work: float = 1.0) -> str | None:
     """Count one run of the open batch, of cost ``work``, as done: ``progress: k/N runs,
     elapsed 3.2 min, ETA 5.1 min``, or None without an open batch (a run outside a sweep).
-    The ETA scales the time so far by the work left over the work done. A sweep trains its
-    largest runs first, so a mean per run overstates it: figure2 after 43 min said 136 min by
-    runs; by work it says 41, and about 40 were left."""
+    The ETA scales the time so far by the work left over the work done: a sweep trains its
+    largest runs first, so a mean time per run would overstate it."""
     path = Path(sweep_dir) / FILE
     try:
         with FileLock(str(path) + ".lock", timeout=10):

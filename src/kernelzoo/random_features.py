@@ -5,8 +5,7 @@ Random maps (favor, trig) hold their projection Omega (m, d_key) as a buffer; `m
 applies the redraw policy, and the caller must apply phi to keys AND queries between two calls
 so that both share one Omega. Within `per_element_draws(n)` (evaluation, see runner.evaluate)
 a redraw draws n projections at once, (n, m, d_key), one per batch element of phi's input.
-Both maps register with ``register`` as every map does; feature_maps.py imports this module so
-that the registry has them.
+``catalog.py`` registers both maps.
 """
 
 import contextlib
@@ -16,14 +15,14 @@ import numbers
 import torch
 from torch.autograd.function import once_differentiable
 
-from .feature_maps import (ConfigError, FeatureMap, InfeasibleError, _batch_slices, _count, _derive, _is_count,
-                           _require, register)
+from .feature_maps import (ConfigError, FeatureMap, InfeasibleError, as_count, batch_slices, derive,
+                           is_count, require)
 
 
 def gram_schmidt(rows):
     """Classical Gram-Schmidt on the rows (m <= d) of a (m, d) tensor: orthonormal rows with
     out[0] = rows[0] / |rows[0]| (§5.3; the example there is sqrt(2) * gram_schmidt(omega[:2]))."""
-    _require(rows.shape[0] <= rows.shape[1], f"gram_schmidt: needs m <= d rows, got shape {tuple(rows.shape)}")
+    require(rows.shape[0] <= rows.shape[1], f"gram_schmidt: needs m <= d rows, got shape {tuple(rows.shape)}")
     basis = []
     for row in rows:
         v = row
@@ -39,7 +38,7 @@ def orthogonal_projection(m, d, generator=None, device=None, dtype=None, scaling
     to m rows; blocks are independent. Rows are rescaled to norm sqrt(d) ("sqrt_d", §5.3) or to
     the norms of independent Gaussian d-vectors ("chi"), which makes every row marginally
     N(0, I_d) and so keeps the estimators unbiased."""
-    _require(scaling in ("chi", "sqrt_d"), f"orthogonal_projection: scaling must be 'chi' or 'sqrt_d', got {scaling!r}")
+    require(scaling in ("chi", "sqrt_d"), f"orthogonal_projection: scaling must be 'chi' or 'sqrt_d', got {scaling!r}")
     blocks = []
     for _ in range(-(-m // d)):
         q, r = torch.linalg.qr(torch.randn(d, d, generator=generator, device=device, dtype=dtype))
@@ -69,24 +68,24 @@ class _RandomFeatures(FeatureMap):
     eval_redraw (only with redraw="every_call"): "per_chunk", the authors' evaluation (task-spec
     "Feature maps used in Figure 2" and "Quirks": one forward, hence one Omega, per sequence and
     chunk of at most 32 queries; runner.evaluate makes them one forward within
-    per_element_draws), or "once", one Omega for the whole evaluation (the suite before issue
-    #13; its eval loss is about 4x noisier).
+    per_element_draws), or "once", one Omega for the whole evaluation (fewer draws average
+    into the eval loss, so it is noisier).
     """
 
     copies = 1  # d_dot = copies * m
 
     def __init__(self, d_key, m, orthogonal, redraw, redraw_every, eval_redraw, projection, seed, **params):
-        _require(_is_count(m), f"{self.name}: m must be an integer >= 1, got {m!r}")
-        _require(_is_count(redraw_every), f"{self.name}: redraw_every must be an integer >= 1, got {redraw_every!r}")
-        _require(isinstance(orthogonal, bool), f"{self.name}: orthogonal must be true or false, got {orthogonal!r}")
-        _require(seed is None or (isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
+        require(is_count(m), f"{self.name}: m must be an integer >= 1, got {m!r}")
+        require(is_count(redraw_every), f"{self.name}: redraw_every must be an integer >= 1, got {redraw_every!r}")
+        require(isinstance(orthogonal, bool), f"{self.name}: orthogonal must be true or false, got {orthogonal!r}")
+        require(seed is None or (isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
                                   and 0 <= seed < 2**63),
                  f"{self.name}: seed must be null or an integer from 0 to 2**63 - 1, got {seed!r}")
         redraw = redraw or ("never" if projection is not None else "every_call")
-        _require(redraw in _REDRAWS, f"{self.name}: redraw must be one of {_REDRAWS}, got {redraw!r}")
-        _require(eval_redraw in _EVAL_REDRAWS,
+        require(redraw in _REDRAWS, f"{self.name}: redraw must be one of {_REDRAWS}, got {redraw!r}")
+        require(eval_redraw in _EVAL_REDRAWS,
                  f"{self.name}: eval_redraw must be one of {_EVAL_REDRAWS}, got {eval_redraw!r}")
-        _require(
+        require(
             projection is None or redraw == "never",
             f"{self.name}: an explicit projection is never redrawn, so redraw must be 'never', got {redraw!r}",
         )
@@ -108,7 +107,7 @@ class _RandomFeatures(FeatureMap):
             self.register_buffer("projection", torch.empty(m, d_key))
             self._draw()
         else:
-            _require(
+            require(
                 given.shape == (m, d_key),
                 f"{self.name}: projection must have shape (m, d_key) = ({m}, {d_key}), got {tuple(given.shape)}",
             )
@@ -183,17 +182,16 @@ class _RandomFeatures(FeatureMap):
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
         copies = cls._copies(params)
-        m = _count(d_dot / copies) if _count(d_dot) else None
+        m = as_count(d_dot / copies) if as_count(d_dot) else None
         if m is None:
             rule = "m" if copies == 1 else f"{copies}*m"
             raise InfeasibleError(f"{cls.name} cannot reach d_dot={d_dot}: d_dot must be {rule} for an integer m >= 1")
-        return {**_derive(cls.name, params, "m", m, d_dot), "d_key": d_key}
+        return {**derive(cls.name, params, "m", m, d_dot), "d_key": d_key}
 
 
 _VARIANTS = ("positive", "hyperbolic")
 
 
-@register
 class Favor(_RandomFeatures):
     """FAVOR+ positive random features, §4.2 and §5.4 (orthogonal Omega by default, §5.1):
 
@@ -220,13 +218,13 @@ class Favor(_RandomFeatures):
 
     def __init__(self, d_key, m=64, variant="positive", orthogonal=True, redraw=None, redraw_every=1000,
                  eval_redraw="per_chunk", input_scale=1.0, stabilize=False, projection=None, seed=None):
-        _require(variant in _VARIANTS, f"favor: variant must be one of {_VARIANTS}, got {variant!r}")
-        _require(
+        require(variant in _VARIANTS, f"favor: variant must be one of {_VARIANTS}, got {variant!r}")
+        require(
             input_scale == "performer" or (isinstance(input_scale, (int, float)) and not isinstance(input_scale, bool)
                                            and math.isfinite(input_scale) and input_scale > 0),
             f"favor: input_scale must be a finite number > 0 or 'performer', got {input_scale!r}",
         )
-        _require(isinstance(stabilize, bool), f"favor: stabilize must be true or false, got {stabilize!r}")
+        require(isinstance(stabilize, bool), f"favor: stabilize must be true or false, got {stabilize!r}")
         super().__init__(d_key, m, orthogonal, redraw, redraw_every, eval_redraw, projection, seed,
                          variant=variant, input_scale=input_scale, stabilize=stabilize)
         self.variant, self.stabilize = variant, stabilize
@@ -259,16 +257,15 @@ class Favor(_RandomFeatures):
         return _favor_key_scores(k, self(q, is_query=True), self)
 
 
-@torch.compiler.disable
 def _favor_key_scores(k, fq, phi):
-    """_FavorKeyScores, eager inside a compiled step (trainer.compile): traced, its loop over
+    """_FavorKeyScores, eager inside a compiled step (``pack.EAGER``): traced, its loop over
     batch slices is unrolled and compiled again for each n_keys."""
     return _FavorKeyScores.apply(k, fq, phi)
 
 
 def _exp(x):
     """torch.exp(x), but also fast on the CPU where x has entries below -87: float32's vector
-    exp kernel takes a 15-50x slower path for results that underflow to subnormals or 0, which
+    exp kernel takes a much slower path for results that underflow to subnormals or 0, which
     is where unscaled FAVOR+ logits mostly lie at large n_keys (task-spec quirks). There it is
     computed as exp(x / 2)^2 (_UnderflowExp): within 2 ulp of exp(x), and 0 where exp(x) is.
     A compiled step (trainer.compile) takes that form always: the test on x would break its graph."""
@@ -306,7 +303,7 @@ class _FavorKeyScores(torch.autograd.Function):
     @staticmethod
     def forward(ctx, k, fq, phi):
         projection, c = phi.projection, 1 / math.sqrt(phi.d_dot)
-        slices = _batch_slices(k, phi.d_dot / phi.d_key)
+        slices = batch_slices(k, phi.d_dot / phi.d_key)
         out = k.new_empty(k.shape[0], fq.shape[1], k.shape[1])
         exps = []
         for b in slices:
@@ -343,7 +340,6 @@ def _slice_projection(projection, b):
     return projection[b] if projection.dim() == 3 else projection
 
 
-@register
 class Trig(_RandomFeatures):
     """Trigonometric random features, §3.4: phi(x) = exp(|x|^2/2) / sqrt(m) [sin(Omega x),
     cos(Omega x)], d_dot = 2m. Unbiased for exp(x^T y), but not positive and high-variance (§3.5)."""

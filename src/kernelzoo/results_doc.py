@@ -2,15 +2,17 @@
 number in them is typed by hand. Pure reading of analysed stores (capacity.csv, scaling.csv,
 runs.parquet, sweep.json); never the trainer.
 
-    python -m kernelzoo.results_doc           # rewrite docs/results.md and README's summary
-    python -m kernelzoo.results_doc --check   # exit 1, naming the file, when either has drifted
+    python -m kernelzoo.results_doc           # rewrite docs/results.md, docs/analysis.md and
+                                              # README's summary
+    python -m kernelzoo.results_doc --check   # exit 1, naming the file, when one has drifted
 
 Every study gets a section: what it runs (its experiment file's header), what it cost (runs,
 training steps, run and sweep wall time, machine), its capacity table in the three views
 (``capacity.py``), the published and d_dot comparisons where they apply, the d_dot law per
 view (``scaling.py``) and how far the views' rankings agree. The last section pools the
 prediction scores (``prediction.py``) over every store. README holds a short summary between
-the markers ``<!-- results:start -->`` and ``<!-- results:end -->``.
+the markers ``<!-- results:start -->`` and ``<!-- results:end -->``. ``docs/analysis.md`` quotes
+every rule from the docstring of the module that applies it.
 """
 
 from __future__ import annotations
@@ -139,11 +141,42 @@ def document(root: Path = ROOT) -> str:
     return "\n".join(lines + predictions(root)).rstrip() + "\n"
 
 
+def analysis_document() -> str:
+    """docs/analysis.md: every rule of the analysis, quoted from the module that applies it."""
+    from kernelzoo import capacity, diagnostics, intervals, rank_bound, report, stalls
+    from kernelzoo.report import CAPTIONS, HEADLINE_WHY, PUBLISHED_NOTE, REFERENCE_NOTE
+
+    def quoted(module, text: str) -> list[str]:
+        return [f"(`src/kernelzoo/{module.__name__.split('.')[-1]}.py`)", "", text.strip(), ""]
+
+    sections = [
+        ("The failure point in three views", capacity, capacity.RULE),
+        ("Which view headlines the rankings", report, HEADLINE_WHY),
+        ("The rank bound", rank_bound, rank_bound.DERIVATION),
+        ("Intervals", intervals, intervals.RULE),
+        ("Does capacity follow d_dot?", scaling, scaling.RULE),
+        ("Stalls and their checks", stalls, stalls.RULE),
+        ("Predicting the failure point", prediction, prediction.__doc__.split("\n\n")[1]),
+        ("Diagnostics", diagnostics, diagnostics.__doc__.split("\n\n", 1)[1]),
+        ("The reference and published columns", report, REFERENCE_NOTE + "\n\n" + PUBLISHED_NOTE),
+    ]
+    lines = ["# Analysis rules", "",
+             "How `make plots` (`python -m kernelzoo.analyze experiment=<name>`) turns a store "
+             "into `capacity.csv`, `scaling.csv`, the figures and `report.md`. It never trains "
+             "and works on partial sweeps. Each rule below is quoted from the module that "
+             "applies it (`make docs` rewrites this file; `make test` fails when it drifts).", ""]
+    for title, module, text in sections:
+        lines += [f"## {title}", "", *quoted(module, text)]
+    lines += ["## The figures", ""]
+    lines += [f"- `{name}`: {caption}" for name, caption in CAPTIONS.items()]
+    return "\n".join(lines) + "\n"
+
+
 def summary(root: Path = ROOT) -> list[str]:
     """README's short summary: per study, its headline numbers."""
     lines = [START]
     fig2 = pd.read_csv(root / "results" / "reference" / "figure2" / "capacity.csv")
-    theirs = fig2[fig2["published_outcome"].notna() & fig2["predicted_capacity"].notna()]
+    theirs = fig2[fig2["published_outcome"].notna()]
     lines.append("- `figure2` (one seed, the loss view against the authors' losses): "
                  + "; ".join(f"{r.label} {bound(r.observed_capacity, r.outcome)} "
                              f"(published {published(r)})" for r in theirs.itertuples()) + ".")
@@ -160,9 +193,7 @@ def summary(root: Path = ROOT) -> list[str]:
                              f"[{r.b_low:.2f}, {r.b_high:.2f}], "
                              f"{'consistent with' if r.follows_d_dot else 'rejects'} n* = d_dot"
                              for r in laws.itertuples()) + ".")
-    lines += ["", "Every number above and in `docs/results.md` is written from the stores by "
-              "`make docs`.", END]
-    return lines
+    return lines + [END]
 
 
 def readme(text: str, root: Path = ROOT) -> str:
@@ -182,6 +213,7 @@ def main(argv=None) -> None:
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     targets = {args.root / "docs" / "results.md": document(args.root),
+               args.root / "docs" / "analysis.md": analysis_document(),
                args.root / "README.md": readme((args.root / "README.md").read_text(), args.root)}
     drifted = [path for path, text in targets.items()
                if not path.exists() or path.read_text() != text]

@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 
 from . import __version__, checkpoint, config, files, interrupt, progress, store, tracking
 from .config import UsageError
-from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
+from .catalog import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from .devices import check_memory, require, resolve_device
 from .pack import step_cost
 from .runner import Member, fit

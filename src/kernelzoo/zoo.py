@@ -1,9 +1,10 @@
 """The wider zoo: feature maps of today's linear-attention libraries and recall benchmarks.
 
 Each map declares its own ``d_dot``, the number of linearly independent features (the registry's
-rank test checks it on random inputs), and is registered with ``@register`` exactly as a user's
-own map would be (README "Bring your own map"). Learned maps hold ``nn.Parameter``s: they are
-model parameters, trained with the model and initialised from the global RNG (seeded per run).
+rank test checks it on random inputs), and is written exactly as a user's own map would be
+(docs/own_map.md); ``catalog.py`` registers them. Learned maps hold
+``nn.Parameter``s: they are model parameters, trained with the model and initialised from the
+global RNG (seeded per run).
 
 | map            | phi(x)                                               | d_dot          |
 |----------------|------------------------------------------------------|----------------|
@@ -28,8 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .feature_maps import (FeatureMap, InfeasibleError, _count, _derive, _Elementwise, _require,
-                           register)
+from .feature_maps import FeatureMap, InfeasibleError, _Elementwise, as_count, derive, require
 
 
 def quadratic_features(u: torch.Tensor) -> torch.Tensor:
@@ -46,7 +46,7 @@ def _triangle(n: int) -> int:
 
 def _triangle_root(total) -> int | None:
     """n >= 1 with n(n+1)/2 = total, or None."""
-    total = _count(total)
+    total = as_count(total)
     n = (math.isqrt(8 * total + 1) - 1) // 2 if total else 0
     return n if n >= 1 and _triangle(n) == total else None
 
@@ -54,7 +54,6 @@ def _triangle_root(total) -> int | None:
 # ------------------------------------------------------------------------------ elementwise
 
 
-@register
 class SquaredRelu(_Elementwise):
     """phi(x) = relu(x)^2 elementwise (the squared ReLU of Primer, So et al. 2021, used as a
     linear-attention map in recall benchmarks): d_dot = d_key."""
@@ -63,7 +62,6 @@ class SquaredRelu(_Elementwise):
     fn = staticmethod(lambda x: torch.relu(x).square())
 
 
-@register
 class Sigmoid(_Elementwise):
     """phi(x) = sigmoid(x) elementwise: d_dot = d_key."""
 
@@ -74,7 +72,6 @@ class Sigmoid(_Elementwise):
 # ------------------------------------------------------------------------------ learned maps
 
 
-@register
 class Hedgehog(FeatureMap):
     """Hedgehog (Zhang et al., ICLR 2024): phi(x) = softmax([W x, -W x]), W (d_key x d_key)
     learned, initialised to the identity. One softmax over all 2 d_key entries: its outputs
@@ -97,7 +94,6 @@ class Hedgehog(FeatureMap):
         return {**params, "d_key": _half(cls.name, d_dot)}
 
 
-@register
 class T2R(FeatureMap):
     """T2R (Kasai et al., EMNLP 2021): phi(x) = relu(W x + b) with W (m x d_key) and b learned
     (PyTorch's Linear initialisation). Positive; d_dot = m (default d_key), so reaching a d_dot
@@ -107,7 +103,7 @@ class T2R(FeatureMap):
 
     def __init__(self, d_key, m=None):
         m = d_key if m is None else m
-        _require(_count(m) == m, f"t2r: m must be an integer >= 1, got {m!r}")
+        require(as_count(m) == m, f"t2r: m must be an integer >= 1, got {m!r}")
         super().__init__(d_key, m, {"m": m})
         self.linear = nn.Linear(d_key, m)
 
@@ -116,13 +112,12 @@ class T2R(FeatureMap):
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
-        m = _count(d_dot)
+        m = as_count(d_dot)
         if m is None:
             raise InfeasibleError(f"t2r cannot reach d_dot={d_dot}: d_dot = m must be an integer >= 1")
-        return {**_derive(cls.name, params, "m", m, d_dot), "d_key": d_key}
+        return {**derive(cls.name, params, "m", m, d_dot), "d_key": d_key}
 
 
-@register
 class ReBased(FeatureMap):
     """ReBased (Aksenov et al., 2024): u = gamma * n + beta with n = (x - mean) / std the layer
     normalisation (eps 1e-5) and gamma, beta learned (initialised to 1 and 0), then
@@ -138,7 +133,7 @@ class ReBased(FeatureMap):
     name = "rebased"
 
     def __init__(self, d_key):
-        _require(_count(d_key) == d_key and d_key >= 3, f"rebased: d_key must be an integer >= 3 "
+        require(as_count(d_key) == d_key and d_key >= 3, f"rebased: d_key must be an integer >= 3 "
                  f"(the layer normalisation of 2 numbers leaves only their sign), got {d_key!r}")
         super().__init__(d_key, _triangle(d_key) - 1, {})
         self.gamma = nn.Parameter(torch.ones(d_key))
@@ -154,14 +149,13 @@ class ReBased(FeatureMap):
 
     @classmethod
     def params_for_d_dot(cls, d_dot, d_key, **params):
-        d = _triangle_root(d_dot + 1) if _count(d_dot) else None
+        d = _triangle_root(d_dot + 1) if as_count(d_dot) else None
         if d is None or d < 3:
             raise InfeasibleError(f"rebased cannot reach d_dot={d_dot}: d_dot must be "
                                   "d_key(d_key+1)/2 - 1 = 5, 9, 14, 20, 27, ... (d_key >= 3)")
         return {**params, "d_key": d}
 
 
-@register
 class PolySketch(FeatureMap):
     """Non-negative PolySketch (Kacham et al., 2023): a learned sketch of degree p/2,
     s(x) = (G_1 x) * ... * (G_{p/2} x) / sqrt(r) (elementwise product of p/2 projections G_i of
@@ -176,11 +170,11 @@ class PolySketch(FeatureMap):
 
     def __init__(self, d_key, r=None, degree=4):
         r = d_key if r is None else r
-        _require(degree in (2, 4), f"polysketch: degree must be 2 or 4, got {degree!r}")
-        _require(_count(r) == r, f"polysketch: r must be an integer >= 1, got {r!r}")
-        _require(_count(d_key) == d_key, f"polysketch: d_key must be an integer >= 1, got {d_key!r}")
+        require(degree in (2, 4), f"polysketch: degree must be 2 or 4, got {degree!r}")
+        require(as_count(r) == r, f"polysketch: r must be an integer >= 1, got {r!r}")
+        require(as_count(d_key) == d_key, f"polysketch: d_key must be an integer >= 1, got {d_key!r}")
         most = _max_sketch(d_key, degree)
-        _require(r <= most, f"polysketch: r={r} > {most}: with d_key={d_key} and degree={degree} "
+        require(r <= most, f"polysketch: r={r} > {most}: with d_key={d_key} and degree={degree} "
                             f"at most r={most} gives r(r+1)/2 independent features; use r <= {most}")
         super().__init__(d_key, _triangle(r), {"r": r, "degree": degree})
         self.projections = nn.Parameter(torch.randn(degree // 2, r, d_key) / math.sqrt(d_key))
@@ -199,7 +193,7 @@ class PolySketch(FeatureMap):
         if r > most:
             raise InfeasibleError(f"polysketch cannot reach d_dot={d_dot} with d_key={d_key}: it "
                                   f"needs r={r} > {most}; reachable: r(r+1)/2 for r <= {most}")
-        return {**_derive(cls.name, params, "r", r, d_dot), "d_key": d_key}
+        return {**derive(cls.name, params, "r", r, d_dot), "d_key": d_key}
 
 
 def _max_sketch(d_key: int, degree: int) -> int:
@@ -214,7 +208,6 @@ def _max_sketch(d_key: int, degree: int) -> int:
 # ----------------------------------------------------------------------------- positional
 
 
-@register
 class CosFormer(FeatureMap):
     """cosFormer (Qin et al., ICLR 2022): phi(x_i) = [relu(x_i) cos(pi i / 2M),
     relu(x_i) sin(pi i / 2M)] for position i of M, so phi(q_i) . phi(k_j) =
@@ -251,7 +244,7 @@ class CosFormer(FeatureMap):
 
 def _half(name: str, d_dot) -> int:
     """d_key = d_dot / 2 for a map with d_dot = 2 d_key, or InfeasibleError."""
-    n = _count(d_dot)
+    n = as_count(d_dot)
     if n is None or n % 2:
         raise InfeasibleError(f"{name} cannot reach d_dot={d_dot}: d_dot = 2 d_key must be an even "
                               "integer >= 2")
