@@ -8,7 +8,10 @@ a directory without it is an interrupted run: a rerun continues it from its ``ch
 over. A forced rerun of a
 finished run is trained beside it (``staging``) and swapped in whole when complete. Concurrent
 workers claim a run with an OS file lock (``.claim``), which the kernel releases when a worker
-dies. Everything is plain text (YAML, CSV, JSON): reading results never executes code.
+dies. Everything is plain text (YAML, CSV, JSON): reading results never executes code. The
+store follows no link: a run directory, ``runs/`` or the experiment directory that is a link
+is refused before anything is written or deleted (``guard``), and deletion removes a link,
+never what it points to (``remove``).
 
 Every file is written and read through ``files.py``: whole, or reported as damaged.
 """
@@ -136,6 +139,27 @@ def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
 
 def run_dir(results_dir: str | Path, experiment: str, rid: str) -> Path:
     return experiment_dir(results_dir, experiment) / "runs" / rid
+
+
+def guard(results_dir: str | Path, path: Path) -> Path:
+    """``path`` (the experiment directory, ``runs/``, a run directory: anything below
+    ``results_dir``) when nothing from ``results_dir`` down to it is a symbolic link or
+    leads out of ``results_dir``; StoreError naming the first that does. Checked before a
+    run's directory is written or cleared, so the store never deletes or writes through a
+    link (``results_dir`` itself may be one)."""
+    root = Path(results_dir)
+    here = root
+    for part in Path(path).relative_to(root).parts:
+        here = here / part
+        if here.is_symlink():
+            raise StoreError(f"{here}: a symbolic link in the store; kernelzoo follows no link "
+                             f"out of {root}: replace it with a directory or use another "
+                             "results_dir")
+    real = Path(os.path.realpath(path))
+    if os.path.lexists(path) and not real.is_relative_to(os.path.realpath(root)):
+        raise StoreError(f"{path}: leads out of {root} (to {real}); valid: a directory inside "
+                         "results_dir")
+    return Path(path)
 
 
 def sweep_file(exp_dir: str | Path) -> Path:
@@ -329,6 +353,9 @@ class Claim:
 
     def __init__(self, path: Path):
         path.mkdir(parents=True, exist_ok=True)
+        lock = path / ".claim"
+        if lock.is_symlink():  # the lock's open truncates: never through a link
+            lock.unlink()
         self.lock = FileLock(str(path / ".claim"), timeout=0)
 
     def __enter__(self) -> bool:
@@ -345,21 +372,27 @@ class Claim:
 
 def reset(path: Path, keep: tuple[str, ...] = ()) -> None:
     """Remove what an interrupted attempt left in a run directory but ``keep`` (never its claim
-    lock)."""
+    lock); a link is removed, never what it points to."""
     for child in path.iterdir():
         if child.name == ".claim" or child.name in keep:
             continue
-        if child.is_dir():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
+        remove(child)
+
+
+def remove(path: Path) -> None:
+    """Delete ``path``: a directory with everything in it, anything else (a link, even to a
+    directory) as the one entry it is; never across a link."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
 
 
 def staging(path: Path) -> Path:
     """An empty directory beside the finished run at ``path`` (hidden from readers), where a
     forced rerun is trained; what an interrupted forced rerun left there is removed."""
     new = path.parent / f".{path.name}.next"
-    shutil.rmtree(new, ignore_errors=True)
+    remove(new)
     new.mkdir()
     return new
 
@@ -376,7 +409,7 @@ def swap_in(new: Path, path: Path) -> None:
         os.replace(path, aside)
         os.replace(new, path)
         new = aside
-    shutil.rmtree(new)
+    remove(new)
 
 
 def _exchange(a: Path, b: Path) -> None:

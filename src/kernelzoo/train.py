@@ -169,6 +169,7 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
         return record_infeasible(cfg, raw_identity(cfg), str(err), echo)
     identity = p["identity"]
     rid, path = locate(cfg, identity)
+    inside(cfg, path)
     if cfg.dry_run:
         saved = None if store.is_done(path) or not cfg.resume else \
             checkpoint.read(path, identity, p["device"])[0]
@@ -266,8 +267,18 @@ def _tracker(m: Member, echo) -> tracking.Tracker:
                           echo=echo)
 
 
+def inside(cfg: DictConfig, path: Path) -> None:
+    """UsageError naming the link when the run directory ``path``, or a directory above it in
+    the store, is a symbolic link or leads out of results_dir (``store.guard``)."""
+    try:
+        store.guard(cfg.results_dir, path)
+    except store.StoreError as err:
+        raise UsageError(str(err)) from None
+
+
 def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
     rid, path = locate(cfg, identity)
+    inside(cfg, path)
     if cfg.dry_run:
         echo(f"infeasible {rid}: {reason}")
         return rid, None
