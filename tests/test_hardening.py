@@ -106,3 +106,97 @@ def test_a_planted_staging_link_is_removed_not_followed(tmp_path, victim):
     ((_, summary),) = _quiet(_composed(results, "force=true"))
     assert summary["status"] and snapshot(victim) == before
     assert sorted(p.name for p in path.parent.iterdir()) == [rid]
+
+
+# ------------------------------------------------------------------ special files and bad checkpoints
+
+SHORT = ["feature_map=elu", "n_keys=6", "trainer.max_steps=150"]
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory) -> Path:
+    """A store whose one run stopped after its first checkpoint (step 50 of 150)."""
+    from test_resume import Stop, stop_at_checkpoint
+    from test_resume import train as resume_train
+
+    results = tmp_path_factory.mktemp("stopped")
+    with pytest.MonkeyPatch.context() as m:
+        stop_at_checkpoint(m, 2)
+        with pytest.raises(Stop):
+            resume_train(results, SHORT)
+    return results
+
+
+def _stopped_copy(stopped: Path, tmp_path: Path) -> tuple[str, Path]:
+    """A copy of ``stopped``: its run's id and directory."""
+    import shutil
+
+    shutil.copytree(stopped, tmp_path, dirs_exist_ok=True)
+    [path] = runs_dir(tmp_path, "adhoc").iterdir()
+    return path.name, path
+
+
+def _rewrite_checkpoint(path: Path, change) -> None:
+    import torch
+
+    from kernelzoo import checkpoint
+
+    state = torch.load(path / checkpoint.NAME, weights_only=True)
+    change(state)
+    (path / checkpoint.NAME).unlink()
+    checkpoint.write(path, {k: v for k, v in state.items() if k != "format"})
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+SPOILED_CHECKPOINTS = {
+    "fifo": (lambda p: _fifo(p / "checkpoint.pt"), "not a regular file"),
+    "link": (lambda p: (p / "checkpoint.pt").unlink() or (p / "checkpoint.pt").symlink_to(
+        "/dev/zero"), "a symbolic link"),
+    "shape": (lambda p: _rewrite_checkpoint(p, lambda s: s["model"].update(
+        {"W_q.weight": s["model"]["W_q.weight"][:, :3]})), "W_q.weight is (8, 3)"),
+    "key": (lambda p: _rewrite_checkpoint(p, lambda s: s["model"].pop("W_k.bias")),
+            "model's keys differ: W_k.bias"),
+    "step": (lambda p: _rewrite_checkpoint(p, lambda s: s.update(step=10 ** 6)),
+             "step 1000000, not an evaluation"),
+    "adam": (lambda p: _rewrite_checkpoint(p, lambda s: s["adam"]["W_k.weight"].update(
+        exp_avg=s["adam"]["W_k.weight"]["exp_avg"][:2])), "Adam exp_avg of W_k.weight"),
+    "no loop": (lambda p: _rewrite_checkpoint(p, lambda s: s.pop("loop")), "no loop"),
+}
+
+
+@pytest.mark.parametrize("case", list(SPOILED_CHECKPOINTS))
+def test_a_special_or_wrong_checkpoint_restarts_the_run_with_its_reason(tmp_path, stopped, case):
+    from test_resume import train as resume_train
+
+    spoil, why = SPOILED_CHECKPOINTS[case]
+    rid, path = _stopped_copy(stopped, tmp_path)
+    spoil(path)
+    lines = []
+    resume_train(tmp_path, [*SHORT, "dry_run=true"], echo=lines.append)
+    assert lines == [f"plan {rid}: d_dot 8, to train"]  # not waiting on a FIFO, no traceback
+    lines = []
+    (summary,) = resume_train(tmp_path, SHORT, echo=lines.append).values()
+    restart = [line for line in lines if line.startswith(f"restart {rid} from step 0: its ")]
+    assert len(restart) == 1 and why in restart[0], lines
+    assert summary["steps"] == 150 and summary["resumes"] == 0
+    assert store.read_summary(path) == summary
+
+
+def test_a_special_or_undecodable_config_is_named_by_the_analysis(tmp_path):
+    from synthetic import write_series
+
+    from kernelzoo.analyze import load_runs
+
+    exp = tmp_path / "exp"
+    fifo, binary, fine = write_series(exp, {10: 1e-4, 20: 1e-4, 30: 0.5})
+    _fifo(fifo / "config.yaml")
+    (binary / "config.yaml").write_bytes(b"n_keys: \xff\xfe\n")
+    runs, missing, damaged = load_runs(exp)  # a FIFO read would block here forever
+    assert list(runs["run_dir"]) == [fine.name] and not missing
+    assert sorted(damaged) == sorted([f"{fifo / 'config.yaml'}: not a regular file",
+                                      f"{binary / 'config.yaml'}: not UTF-8 text (invalid "
+                                      "start byte at byte 8)"])

@@ -35,7 +35,7 @@ import yaml
 from filelock import FileLock, Timeout
 
 from .config import is_name
-from .files import StoreError, atomic_write_text, read_json, read_text
+from .files import StoreError, atomic_write_text, one_line, read_json, read_text
 
 STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
 CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
@@ -292,12 +292,19 @@ def read_summary(path: Path) -> dict:
 
 
 def read_config(path: Path) -> dict:
-    """The run's ``config.yaml``; {} when it is missing or unreadable."""
+    """The run's ``config.yaml``; {} when it is missing; StoreError naming it when it is no
+    regular file, not UTF-8 or not a YAML mapping."""
+    file = path / "config.yaml"
     try:
-        value = yaml.safe_load((path / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
+        value = yaml.safe_load(read_text(file))
+    except FileNotFoundError:
         return {}
-    return value if isinstance(value, dict) else {}
+    except (OSError, yaml.YAMLError) as err:
+        raise StoreError(f"{file}: not a readable config ({one_line(err).splitlines()[0]})") \
+            from None
+    if value is not None and not isinstance(value, dict):
+        raise StoreError(f"{file}: not a config (a YAML mapping)")
+    return value or {}
 
 
 def config_value(cfg: dict, key: str):
@@ -310,8 +317,11 @@ def config_value(cfg: dict, key: str):
 
 def read_config_value(path: Path, key: str):
     """A dotted ``key`` of the run's ``config.yaml``; None when the file or the key is missing
-    or unreadable."""
-    return config_value(read_config(path), key)
+    or the file is damaged (``read_config`` names it)."""
+    try:
+        return config_value(read_config(path), key)
+    except StoreError:
+        return None
 
 
 def is_done(path: Path) -> bool:

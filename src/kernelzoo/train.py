@@ -32,7 +32,7 @@ from .config import UsageError
 from .feature_maps import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from .devices import check_memory, require, resolve_device
 from .pack import step_cost
-from .runner import Member, fit
+from .runner import Member, build_model, fit
 from .words import plural
 
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",  # how, not
@@ -172,7 +172,7 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
     inside(cfg, path)
     if cfg.dry_run:
         saved = None if store.is_done(path) or not cfg.resume else \
-            checkpoint.read(path, identity, p["device"])[0]
+            read_checkpoint(path, p, cfg)[0]
         echo(f"plan {rid}: d_dot {identity['d_dot']}, " + (
             "done" if store.is_done(path) else
             f"to train from its checkpoint at step {saved['step']}" if saved else "to train"))
@@ -190,7 +190,7 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
         return rid, None
     saved = None
     if not store.is_done(path):
-        saved, why = checkpoint.read(path, identity, p["device"]) if cfg.resume else (None, None)
+        saved, why = read_checkpoint(path, p, cfg) if cfg.resume else (None, None)
         line = None
         if why:
             line = f"restart {rid} from step 0: {why}"
@@ -209,6 +209,11 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
         return rid, None
     files.atomic_write_text(where / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     return Member(cfg, p, rid, where, path, checkpoint=saved)
+
+
+def read_checkpoint(path: Path, p: dict, cfg: DictConfig) -> tuple[dict | None, str | None]:
+    """``checkpoint.read`` of the planned run ``p`` at ``path``."""
+    return checkpoint.read(path, p["identity"], p["device"], lambda: build_model(p, cfg.n_keys))
 
 
 def train_claimed(todo: list[Member], echo):
