@@ -200,3 +200,83 @@ def test_a_special_or_undecodable_config_is_named_by_the_analysis(tmp_path):
     assert sorted(damaged) == sorted([f"{fifo / 'config.yaml'}: not a regular file",
                                       f"{binary / 'config.yaml'}: not UTF-8 text (invalid "
                                       "start byte at byte 8)"])
+
+
+# ------------------------------------------------------------------ every store analyses
+
+def _trained_twice(exp: Path) -> None:
+    """One configuration trained at each point under trainer.max_steps=500 (failing from 30
+    keys) and again under 2000 (failing from 40), as two run ids per point."""
+    import json
+    import shutil
+
+    from synthetic import write_series
+
+    for path in write_series(exp, {10: 1e-4, 20: 1e-4, 30: 0.5, 40: 0.6},
+                             config="trainer:\n  lr: 0.001\n  max_steps: 500\n",
+                             diagnostics={"phi_effective_rank": 5.0}):
+        again = path.with_name(path.name + "-longer")
+        shutil.copytree(path, again)
+        summary = json.loads((path / "summary.json").read_text())
+        loss = 1e-4 if summary["n_keys"] <= 30 else 0.7
+        summary.update(run_id=again.name, final_eval_loss=loss, best_eval_loss=loss)
+        (again / "summary.json").write_text(json.dumps(summary))
+        (again / "config.yaml").write_text(
+            (path / "config.yaml").read_text().replace("max_steps: 500", "max_steps: 2000"))
+
+
+def test_a_configuration_trained_under_two_settings_gets_a_failure_point_each(tmp_path):
+    from kernelzoo import prediction
+    from kernelzoo.analyze import load_runs, sort_out
+    from kernelzoo.capacity import capacity_table, seed_table
+
+    _trained_twice(tmp_path / "two")
+    runs, lines = sort_out(load_runs(tmp_path / "two")[0], "two")
+    seeds = seed_table(runs, 0.01, 0.99)
+    table = prediction.add_columns(capacity_table(runs, seeds), runs, seeds)  # a TypeError before
+    assert dict(zip(table["label"], table["first_failure"])) == {
+        "ELU+1 trainer.max_steps=500": 30, "ELU+1 trainer.max_steps=2000": 40}
+    assert list(table["effective_rank_at_failure"]) == [5.0, 5.0] and len(lines) == 1
+
+
+@pytest.mark.slow  # a whole analysis, figures included: ~5-13 s
+def test_a_configuration_trained_under_two_settings_is_split_in_the_report(tmp_path):
+    import pandas as pd
+    from synthetic import analyze_store
+
+    _trained_twice(tmp_path / "two")
+    exp = analyze_store(tmp_path, "two")  # a TypeError in prediction.py before
+    capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
+    assert capacity["first_failure"].to_dict() == {"ELU+1 trainer.max_steps=500": 30,
+                                                   "ELU+1 trainer.max_steps=2000": 40}
+    assert ("  - ELU+1: trained under 2 settings of trainer.max_steps; analysed as one "
+            "configuration each: ELU+1 trainer.max_steps=2000; ELU+1 trainer.max_steps=500"
+            in (exp / "report.md").read_text().splitlines())
+
+
+def test_foreign_runs_and_duplicate_ids_are_left_out_and_named(tmp_path):
+    import json
+    import shutil
+
+    from synthetic import write_series
+
+    from kernelzoo.analyze import load_runs, sort_out
+
+    exp = tmp_path / "mine"
+    own = write_series(exp, {10: 1e-4, 20: 0.5})
+    foreign = write_series(tmp_path / "theirs", {30: 1e-4}, seed=2)[0]
+    shutil.copytree(foreign, exp / "runs" / foreign.name)
+    copy = exp / "runs" / "copy-of-first"
+    shutil.copytree(own[0], copy)
+    twin = exp / "runs" / (own[1].name + "-twin")  # same point, same settings, its own id
+    shutil.copytree(own[1], twin)
+    summary = json.loads((twin / "summary.json").read_text())
+    (twin / "summary.json").write_text(json.dumps({**summary, "run_id": twin.name}))
+    runs, set_aside = sort_out(load_runs(exp)[0], "mine")
+    assert sorted(runs["run_dir"]) == sorted(p.name for p in own)
+    assert set_aside == [
+        f"{foreign.name}: a run of experiment 'theirs', not 'mine' (copied in?); left out",
+        f"copy-of-first: its summary is run {own[0].name!r}, another directory's id (a "
+        "duplicate or a renamed copy); left out",
+        f"{twin.name}: a second run of ELU+1, seed 1, n_keys 20 under the same settings; "
+        "left out"]

@@ -38,7 +38,7 @@ import pandas as pd
 from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import config, plots, prediction, published, scaling, stalls, tracking
+from kernelzoo import config, plots, prediction, published, scaling, settings, stalls, tracking
 from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
@@ -83,7 +83,7 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
                 _, eval_len = config.sequence_lengths(row["n_keys"], bool(task.get("replacement")),
                                                       task.get("seq_len"), task.get("eval_seq_len"))
                 rows.append({**row, "lr": "" if lr is None else format_value(lr),
-                             "eval_seq_len": eval_len})
+                             "eval_seq_len": eval_len, "settings": settings.of_config(cfg)})
             except StoreError as err:
                 damaged.append(str(err))
     runs = pd.DataFrame(rows)
@@ -102,6 +102,21 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
     for key in ("d_dot", "predicted_capacity"):
         runs[key] = runs[key].astype("Int64")
     return add_labels(runs), missing, damaged
+
+
+def sort_out(runs: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[str]]:
+    """``runs`` without the runs that do not belong to ``experiment`` and with each
+    configuration trained under several settings split by them (``settings.py``), and one
+    line per run left out or configuration split."""
+    if runs.empty:
+        return runs, []
+    kept, lines = settings.set_aside(runs, experiment)
+    if len(kept) < len(runs):
+        kept = add_labels(kept.reset_index(drop=True)) if len(kept) else kept.iloc[:0]
+    if kept.empty:
+        return pd.DataFrame(), lines
+    kept, split = settings.split(kept)
+    return kept.reset_index(drop=True), lines + split
 
 
 def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
@@ -193,6 +208,9 @@ def analyze(cfg: DictConfig) -> None:
     and report.md."""
     exp_dir = experiment_dir(cfg.results_dir, cfg.experiment)
     runs, missing, damaged = load_runs(exp_dir)
+    runs, set_aside = sort_out(runs, cfg.experiment)
+    for line in set_aside:
+        print(f"warning: {line}", file=sys.stderr)
     if runs.empty:
         for line in damaged:
             print(f"warning: skipped damaged file: {line}", file=sys.stderr)
@@ -224,7 +242,8 @@ def analyze(cfg: DictConfig) -> None:
     report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, counted,
                                    families, missing, damaged,
                                    None if search else grid_holes(runs), figures, omitted,
-                                   cfg.threshold, cfg.accuracy_threshold, rule=RULE)
+                                   cfg.threshold, cfg.accuracy_threshold, rule=RULE,
+                                   set_aside=set_aside)
     for line in damaged:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {plural(len(runs), 'run')} of {cfg.experiment} -> {report}")
