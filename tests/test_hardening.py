@@ -280,3 +280,94 @@ def test_foreign_runs_and_duplicate_ids_are_left_out_and_named(tmp_path):
         "duplicate or a renamed copy); left out",
         f"{twin.name}: a second run of ELU+1, seed 1, n_keys 20 under the same settings; "
         "left out"]
+
+
+# ------------------------------------------------------------------ no worker outlives its sweep
+
+def test_a_worker_dies_with_its_sweep_killed_outright(tmp_path, cli_env):
+    """A sweep process marks itself and starts a worker, which calls ``die_with_sweep`` and
+    then would sleep a minute; the sweep is SIGKILLed: the worker is gone within seconds."""
+    import subprocess
+    import sys
+    import time
+
+    from kernelzoo import interrupt
+
+    worker = ("import time; from kernelzoo import interrupt; interrupt.die_with_sweep(); "
+              "print('ready', flush=True); time.sleep(60)")
+    sweep = ("import subprocess, sys, time; from kernelzoo import interrupt; "
+             "interrupt.mark_sweep(); "
+             f"p = subprocess.Popen([sys.executable, '-c', {worker!r}]); "
+             "print(p.pid, flush=True); time.sleep(60)")
+    main = subprocess.Popen([sys.executable, "-c", sweep], env=cli_env, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        lines = {main.stdout.readline().strip() for _ in range(2)}  # its pid, the worker's ready
+        (child,) = [int(line) for line in lines if line.isdigit()]
+        assert "ready" in lines
+        main.kill()
+        main.wait()
+        end = time.monotonic() + 5
+        while time.monotonic() < end and interrupt._alive(child):
+            time.sleep(0.02)
+        assert not interrupt._alive(child), "the worker outlived its sweep"
+    finally:
+        main.kill()
+
+
+def test_the_next_sweep_cleans_what_a_killed_one_left_in_shm(tmp_path):
+    from kernelzoo import interrupt
+
+    dead = 2 ** 22 + 1  # above any pid_max: no such process
+    gone = [tmp_path / f"joblib_memmapping_folder_{dead}_ab12_cd34", tmp_path / f"sem.loky-{dead}-x1y2"]
+    alive = [tmp_path / f"joblib_memmapping_folder_{os.getpid()}_ab12_cd34",
+             tmp_path / f"sem.loky-{os.getpid()}-x1y2", tmp_path / f"other-{dead}"]
+    for path in gone + alive:
+        path.mkdir() if "folder" in path.name else path.write_text("")
+    (gone[0] / "array.pkl").write_text("")
+    assert sorted(interrupt.clean_shm(tmp_path)) == sorted(gone)
+    assert sorted(tmp_path.iterdir()) == sorted(alive)
+
+
+@pytest.mark.slow  # a local sweep with two workers: ~25 s
+def test_sighup_stops_a_joblib_sweep_and_is_recorded(tmp_path, cli_env, background):
+    """A closed terminal or ssh session: handled as SIGTERM (one line, 129, sweep.json says
+    SIGHUP, no worker left, the rerun completes the runs)."""
+    import signal
+
+    from test_signals import interrupt_then_rerun
+
+    interrupt_then_rerun(tmp_path, cli_env, background,
+                         ["launcher=local", "hydra.launcher.n_jobs=2"], signal.SIGHUP,
+                         to_group=False)
+
+
+@pytest.mark.slow  # a local sweep with two workers: ~25 s
+def test_sigkill_of_a_joblib_sweep_takes_its_workers_and_the_rerun_cleans_shm(
+        tmp_path, cli_env, background):
+    import signal
+    import time
+
+    from conftest import PYTHON
+    from conftest import train as cli_train
+    from test_signals import SWEEP, in_flight
+
+    from kernelzoo import interrupt
+
+    results = tmp_path / "results"
+    args = [*SWEEP, "trainer.max_steps=20000", f"results_dir={results}", "launcher=local",
+            "hydra.launcher.n_jobs=2"]
+    sweep = background([PYTHON, "-m", "kernelzoo.train", *args], cli_env, "sweep")
+    assert sweep.wait_for(lambda b: len(in_flight(results)) >= 2, timeout=300), sweep.stderr
+    workers = interrupt.descendants(sweep.proc.pid)
+    os.kill(sweep.proc.pid, signal.SIGKILL)
+    sweep.wait(timeout=30)
+    end = time.monotonic() + 10
+    while time.monotonic() < end and any(interrupt._alive(p) for p in workers):
+        time.sleep(0.1)
+    assert not [p for p in workers if interrupt._alive(p)], "a worker outlived its sweep"
+    left = [p for p in interrupt.SHM.iterdir()
+            if interrupt.SHM_LEFTOVERS.match(p.name) and f"{sweep.proc.pid}" in p.name]
+    rerun = cli_train(args[:-1] + ["hydra.launcher.n_jobs=1"], cli_env)
+    assert rerun.returncode == 0, rerun.explain()
+    assert not [p for p in left if os.path.lexists(p)]

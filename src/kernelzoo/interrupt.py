@@ -1,24 +1,36 @@
-"""SIGTERM and SIGINT stop a run or a sweep cleanly, with one line.
+"""SIGTERM, SIGINT and SIGHUP stop a run or a sweep cleanly, with one line; a sweep's workers
+die with it however it ends.
 
-``handled()`` turns the first of either signal into ``Interrupted`` (a KeyboardInterrupt) in the
+``handled()`` turns the first of these signals into ``Interrupted`` (a KeyboardInterrupt) in the
 main thread, wherever it is: in the training loop, or in a launcher waiting for its workers.
 Every layer then unwinds as it does for Ctrl-C: the run in flight writes no summary (a rerun
 continues it from its last checkpoint, ``checkpoint.py``, or starts it over) and releases its
 claim. The sweeper stops its workers with ``stop_workers`` (every
 descendant process: the launcher's workers, their helpers), records the interruption in
 ``sweep.json`` and says what was stopped; ``train.main`` prints that one line and exits with
-128 + the signal number. Further signals are ignored while this happens.
+128 + the signal number. Further signals are ignored while this happens. A sweep killed
+outright (SIGKILL) runs none of this: its workers, marked at their start (``die_with_sweep``),
+are killed by the kernel as it dies, and the next sweep removes what they left in /dev/shm
+(``clean_shm``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import re
+import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
+                if hasattr(signal, name))
+SWEEP_PID = "KERNELZOO_SWEEP_PID"  # the sweep's main process, in its workers' environment
+SHM = Path("/dev/shm")
+SHM_LEFTOVERS = re.compile(r"^(?:joblib_memmapping_folder_|sem\.loky-)(\d+)[_-]")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -36,7 +48,8 @@ class Interrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def handled():
-    """Within this block, SIGTERM and SIGINT raise Interrupted (once) in the main thread."""
+    """Within this block, SIGTERM, SIGINT and SIGHUP raise Interrupted (once) in the main
+    thread."""
     stopping = []
 
     def handler(signum, frame):
@@ -50,6 +63,45 @@ def handled():
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def mark_sweep() -> None:
+    """Name this process, in the environment its workers inherit, as their sweep."""
+    os.environ[SWEEP_PID] = str(os.getpid())
+
+
+def die_with_sweep() -> None:
+    """In a worker of a sweep (``mark_sweep``): have the kernel SIGKILL this process when the
+    sweep's main process dies, however it dies (kill -9 included), so that no worker trains on
+    or waits forever on its pipes (Linux: prctl PR_SET_PDEATHSIG); a worker whose sweep is
+    already gone exits at once. Elsewhere, or in the sweep's own process, nothing."""
+    pid = os.environ.get(SWEEP_PID)
+    if not (pid and pid.isdigit()) or int(pid) == os.getpid() or \
+            not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(pid):  # the sweep died before the line above: nothing to report to
+        os._exit(128 + signal.SIGKILL)
+
+
+def clean_shm(root: Path = SHM) -> list[Path]:
+    """Remove what a killed sweep's local workers left in ``root`` (/dev/shm): joblib's
+    memmapping folders and loky's semaphores named after a process of this user that is gone;
+    the paths removed."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in root.iterdir():
+            match = SHM_LEFTOVERS.match(entry.name)
+            with contextlib.suppress(OSError):
+                if match and entry.lstat().st_uid == os.getuid() and \
+                        not Path(f"/proc/{match.group(1)}").exists():
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+                    removed.append(entry)
+    return removed
 
 
 def descendants(pid: int | None = None) -> list[int]:

@@ -7,7 +7,7 @@ unless ``force=true``, which trains the new run beside it and swaps it in when c
 A bad value fails before Hydra creates anything (``precheck``): one line, exit code 2; in a
 sweep the sweeper checks every point before the first trains. A point that cannot be built (a
 d_dot its map cannot reach) is recorded ``infeasible`` with the reason instead, exit code 0.
-SIGTERM or SIGINT stops a run or a sweep with one line (``interrupt.py``).
+SIGTERM, SIGINT or SIGHUP stops a run or a sweep with one line (``interrupt.py``).
 """
 
 from __future__ import annotations
@@ -340,6 +340,8 @@ def _app(cfg: DictConfig) -> list[str | None]:
     """Entry point; returns the status of each of the job's runs (None when skipped) for the
     sweep's totals."""
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
+    if in_sweep:
+        interrupt.die_with_sweep()
     try:
         outcomes = run(cfg)
     except (UsageError, OSError) as err:  # e.g. a damaged summary, a full disk

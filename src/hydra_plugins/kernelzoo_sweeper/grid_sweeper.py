@@ -11,8 +11,9 @@ With ``search=bisect`` the same grids define configurations and their n_keys ran
 points are chosen round by round by the failure-point search (``search_rounds.py``) instead.
 
 Before anything is written, every point not known finished is composed and checked
-(``points.py``): a bad value anywhere ends the sweep with one line. SIGTERM or SIGINT stops the
-workers and records the interruption (``kernelzoo.interrupt``). After the launch it prints one
+(``points.py``): a bad value anywhere ends the sweep with one line. SIGTERM, SIGINT or SIGHUP
+stops the workers and records the interruption, and a SIGKILL takes the workers with it
+(``kernelzoo.interrupt``). After the launch it prints one
 line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep.json``
 (points, outcomes, wall seconds, and ``interrupted`` with the signal when it was stopped).
 """
@@ -125,6 +126,11 @@ class GridSweeper(BasicSweeper):
             fail(str(err))
         if self.config.logger.name == "wandb" and not self.config.dry_run:
             tracking.check_server(self.config.results_dir)
+        interrupt.mark_sweep()  # its workers die with it, however it ends
+        leftovers = interrupt.clean_shm()
+        if leftovers:
+            print(f"removed {len(leftovers)} files and folders of {interrupt.SHM} "
+                  "left by killed sweeps' workers")
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
