@@ -371,3 +371,32 @@ def test_sigkill_of_a_joblib_sweep_takes_its_workers_and_the_rerun_cleans_shm(
     rerun = cli_train(args[:-1] + ["hydra.launcher.n_jobs=1"], cli_env)
     assert rerun.returncode == 0, rerun.explain()
     assert not [p for p in left if os.path.lexists(p)]
+
+
+# ------------------------------------------------------------------ one clear line
+
+def test_an_unset_environment_variable_in_a_value_is_one_line(tmp_path, monkeypatch):
+    from kernelzoo import config
+    from kernelzoo.train import plan
+
+    monkeypatch.delenv("KERNELZOO_UNSET", raising=False)
+    typed = "trainer.lr=${oc.env:KERNELZOO_UNSET}"
+    cfg = config.compose("config", [f"results_dir={tmp_path}", typed])
+    with pytest.raises(UsageError) as err, config.as_job(cfg) as job:
+        plan(job)  # the error formatter itself failed here, resolving the typed override
+    assert str(err.value) == (f"{typed} is invalid (KeyError raised while resolving "
+                              "interpolation: \"Environment variable 'KERNELZOO_UNSET' not "
+                              "found\"); valid: a finite number > 0")
+
+
+@pytest.mark.slow  # two command lines: ~6 s
+def test_sweep_cfg_job_and_analyze_help_answer(cli_env):
+    from conftest import PYTHON, run_cmd
+
+    shown = run_cmd([PYTHON, "-m", "kernelzoo.sweep", "smoke", "--cfg", "job"], cli_env)
+    assert shown.returncode == 0 and "Traceback" not in shown.output, shown.explain()
+    assert "feature_map:\n  name: elu\n" in shown.stdout and "trainer:\n" in shown.stdout
+    helped = run_cmd([PYTHON, "-m", "kernelzoo.analyze", "--help"], cli_env)
+    assert helped.returncode == 0 and helped.stdout.startswith(
+        "usage:\n    python -m kernelzoo.analyze experiment=<name>"), helped.explain()
+    assert "report.md" in helped.stdout and "feature_map:" not in helped.stdout

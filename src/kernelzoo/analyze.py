@@ -287,6 +287,12 @@ def main() -> None:
     """Console entry point: the command line is composed and checked as Hydra will run it, so
     a bad value is one line and exit code 2 before anything is read or written."""
     args = get_args_parser().parse_args(sys.argv[1:])
+    if args.help:  # what the analysis takes and writes, not Hydra's listing of train's groups
+        title, usage = __doc__.split("\n\n")[:2]
+        print(f"usage:\n{usage}\n\n{title} Writes runs.parquet, capacity.csv, scaling.csv, the "
+              "figures and report.md into <results_dir>/<experiment>/.\n"
+              f"{_experiments(config.compose('analyze', []).results_dir)}")
+        sys.exit(0)
     if not any((args.help, args.hydra_help, args.cfg, args.info, args.shell_completion,
                 args.config_path, args.config_dir)):
         try:

@@ -266,6 +266,14 @@ def _walk(obj, prefix: str = ""):
             yield f"{prefix}{f.name}", value, f.metadata["rule"]
 
 
+def task_overrides() -> list[str]:
+    """The job's command-line overrides as typed: strings, an interpolation in one
+    (``${oc.env:NAME}``) unresolved; [] outside a Hydra job."""
+    if not HydraConfig.initialized():
+        return []
+    return OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)
+
+
 def check(cfg: DictConfig, schema=Config):
     """``cfg`` (composed over ``schema``, without its hydra node) as a checked ``schema``
     object: keys, ranges, choices and the rules between fields (Hydra checked the types as it
@@ -273,7 +281,7 @@ def check(cfg: DictConfig, schema=Config):
     if OmegaConf.get_type(cfg) is not schema:
         raise TypeError(f"a config composed over {schema.__name__} is needed "
                         "(its YAML lists the schema first in its defaults)")
-    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else ()
+    overrides = task_overrides()
     try:
         _known_keys(cfg, schema, "", overrides)
         obj = OmegaConf.to_object(cfg)  # resolves interpolations, typed as their fields

@@ -358,7 +358,7 @@ def _app(cfg: DictConfig) -> list[str | None]:
               f"{HydraConfig.get().runtime.output_dir})", file=sys.stderr)
         return ["failed"] * len(members(cfg))
     if in_sweep and not cfg.dry_run:
-        point = [o for o in HydraConfig.get().overrides.task if not o.startswith("pack_members=")]
+        point = [o for o in config.task_overrides() if not o.startswith("pack_members=")]
         for c, (rid, _) in zip(members(cfg), outcomes):
             try:
                 if rid is not None:  # None: a pack member that failed, said above
