@@ -400,3 +400,53 @@ def test_sweep_cfg_job_and_analyze_help_answer(cli_env):
     assert helped.returncode == 0 and helped.stdout.startswith(
         "usage:\n    python -m kernelzoo.analyze experiment=<name>"), helped.explain()
     assert "report.md" in helped.stdout and "feature_map:" not in helped.stdout
+
+
+def _precheck(argv: list, capsys) -> str:
+    """``train.precheck``'s one line; it must exit 2."""
+    with pytest.raises(SystemExit) as stop:
+        train_module.precheck(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err.strip()
+
+
+def test_chdir_with_a_relative_results_dir_is_refused(capsys):
+    for argv in (["hydra.job.chdir=true", "results_dir=rel/store"],
+                 ["--multirun", "hydra.job.chdir=true", "results_dir=rel/store", "seed=1,2"]):
+        assert _precheck(argv, capsys) == (
+            "error: hydra.job.chdir=true with the relative results_dir=rel/store would give "
+            "every job a store of its own in its directory; valid: an absolute results_dir, or "
+            "hydra.job.chdir=false")
+
+
+@pytest.mark.parametrize("part", ["hydra", "index", "runs"])
+def test_hydra_index_or_runs_as_a_regular_file_is_one_line(tmp_path, part, capsys):
+    exp = tmp_path / "adhoc"
+    exp.mkdir()
+    (exp / part).write_text("not a directory\n")
+    with pytest.raises(store.StoreError, match=f"^{exp / part}: not a directory"):
+        store.guard_experiment(tmp_path, "adhoc")
+    if part == "hydra":  # a single run: before Hydra makes its job directory there
+        assert _precheck([f"results_dir={tmp_path}", *TINY], capsys) == (
+            f"error: {exp / part}: not a directory, where the store keeps one; valid: rename "
+            "or remove it")
+
+
+def test_an_index_entry_naming_another_run_is_named_not_followed(tmp_path):
+    import json
+
+    other = store.run_dir(tmp_path, "idx", "elu-S30")
+    other.mkdir(parents=True)
+    summary = {**dict.fromkeys(store.SUMMARY_KEYS), "run_id": other.name, "experiment": "idx",
+               "feature_map": "elu", "feature_map_params": {}, "d_key": 4, "n_keys": 30,
+               "seed": 1, "steps": 50, "update_rule": "sum", "status": "converged"}
+    (other / "summary.json").write_text(json.dumps(summary))
+    point = ["feature_map=elu", "n_keys=20", "seed=1"]
+    store.index_point(tmp_path, "idx", point, other.name)  # valid, but another point's run
+    with pytest.raises(store.StoreError, match=f"names run {other.name}, which is not this "
+                                               "point's \\(n_keys 30, not the point's 20\\)"):
+        store.point_summary(tmp_path, "idx", point)
+    store.index_point(tmp_path, "idx", [*point[:1], "n_keys=30", "seed=1"], other.name)
+    assert store.point_summary(tmp_path, "idx", [*point[:1], "n_keys=30", "seed=1"])["n_keys"] == 30

@@ -336,6 +336,16 @@ def writable(path: str | Path) -> None:
                          "results_dir=...") from None
 
 
+def check_chdir(cfg: DictConfig) -> None:
+    """UsageError when ``hydra.job.chdir=true`` would move a relative results_dir into each
+    job's own directory (every run its own store)."""
+    if OmegaConf.select(cfg, "hydra.job.chdir") and \
+            not Path(str(OmegaConf.select(cfg, "results_dir", default="."))).is_absolute():
+        raise UsageError(f"hydra.job.chdir=true with the relative results_dir="
+                         f"{cfg.results_dir} would give every job a store of its own in its "
+                         "directory; valid: an absolute results_dir, or hydra.job.chdir=false")
+
+
 def compose(config_name: str, overrides: list[str], multirun: bool = False) -> DictConfig:
     """The config Hydra composes for this command line (hydra node included); UsageError with
     one line when it cannot. In a multirun the sweep's axes are left out, as Hydra does: each

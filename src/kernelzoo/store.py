@@ -128,9 +128,21 @@ def point_summary(results_dir, experiment: str, overrides: list[str]) -> dict | 
     if not is_name(rid):
         raise StoreError(f"{file}: not an index entry (a run id is one path component)")
     try:
-        return read_summary(run_dir(results_dir, experiment, rid))
+        summary = read_summary(run_dir(results_dir, experiment, rid))
     except StoreError:
         return None
+    wrong = [f"{key} {summary[key]}, not the point's {value}"
+             for key, value in _point_values(overrides).items() if str(summary[key]) != value]
+    if summary["run_id"] != rid or summary["experiment"] != experiment or wrong:
+        raise StoreError(f"{file}: names run {rid}, which is not this point's ("
+                         + ("; ".join(wrong) or "another experiment's or run's summary") + ")")
+    return summary
+
+
+def _point_values(overrides: list[str]) -> dict[str, str]:
+    """The values of a point's overrides that its run's summary records as given."""
+    values = dict(o.lstrip("+").split("=", 1) for o in overrides if "=" in o)
+    return {key: values[key] for key in ("n_keys", "seed", "d_key") if key in values}
 
 
 def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
@@ -143,8 +155,9 @@ def run_dir(results_dir: str | Path, experiment: str, rid: str) -> Path:
 
 def guard(results_dir: str | Path, path: Path) -> Path:
     """``path`` (the experiment directory, ``runs/``, a run directory: anything below
-    ``results_dir``) when nothing from ``results_dir`` down to it is a symbolic link or
-    leads out of ``results_dir``; StoreError naming the first that does. Checked before a
+    ``results_dir``) when nothing from ``results_dir`` down to it is a symbolic link, something
+    other than a directory, or leads out of ``results_dir``; StoreError naming the first that
+    is. Checked before a
     run's directory is written or cleared, so the store never deletes or writes through a
     link (``results_dir`` itself may be one)."""
     root = Path(results_dir)
@@ -155,11 +168,20 @@ def guard(results_dir: str | Path, path: Path) -> Path:
             raise StoreError(f"{here}: a symbolic link in the store; kernelzoo follows no link "
                              f"out of {root}: replace it with a directory or use another "
                              "results_dir")
+        if here.exists() and not here.is_dir():
+            raise StoreError(f"{here}: not a directory, where the store keeps one; valid: "
+                             "rename or remove it")
     real = Path(os.path.realpath(path))
     if os.path.lexists(path) and not real.is_relative_to(os.path.realpath(root)):
         raise StoreError(f"{path}: leads out of {root} (to {real}); valid: a directory inside "
                          "results_dir")
     return Path(path)
+
+
+def guard_experiment(results_dir: str | Path, experiment: str) -> None:
+    """``guard`` of the experiment's directories: ``runs/``, ``index/`` and Hydra's ``hydra/``."""
+    for part in ("runs", "index", "hydra"):
+        guard(results_dir, experiment_dir(results_dir, experiment) / part)
 
 
 def sweep_file(exp_dir: str | Path) -> Path:

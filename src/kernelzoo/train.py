@@ -312,6 +312,7 @@ def precheck(argv: list[str]) -> None:
         return
     try:
         cfg = config.compose(args.config_name or "config", args.overrides, args.multirun)
+        config.check_chdir(cfg)
         if not args.multirun:
             with config.as_job(cfg) as job:
                 try:
@@ -319,6 +320,7 @@ def precheck(argv: list[str]) -> None:
                 except InfeasibleError:
                     pass  # the run records it, with its reason
                 config.writable(job.results_dir)
+                inside(job, store.experiment_dir(job.results_dir, job.experiment) / "hydra")
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

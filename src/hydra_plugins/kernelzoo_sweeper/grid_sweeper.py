@@ -107,10 +107,8 @@ class GridSweeper(BasicSweeper):
             points, grid_points = self._points(arguments)
         except HydraException as err:
             fail(config.describe(err, arguments))
-        exp_dir = store.experiment_dir(self.config.results_dir, self.config.experiment)
         try:  # nothing is read or written through a link out of the store
-            for part in ("runs", "index", "hydra"):
-                store.guard(self.config.results_dir, exp_dir / part)
+            store.guard_experiment(self.config.results_dir, self.config.experiment)
         except store.StoreError as err:
             fail(str(err))
         search = self.config.search.name == "bisect"
