@@ -450,3 +450,31 @@ def test_an_index_entry_naming_another_run_is_named_not_followed(tmp_path):
         store.point_summary(tmp_path, "idx", point)
     store.index_point(tmp_path, "idx", [*point[:1], "n_keys=30", "seed=1"], other.name)
     assert store.point_summary(tmp_path, "idx", [*point[:1], "n_keys=30", "seed=1"])["n_keys"] == 30
+
+
+def test_a_plugin_failing_at_import_disables_only_itself(tmp_path, monkeypatch):
+    from test_own_map import MODULE
+
+    from kernelzoo import feature_maps
+
+    site = tmp_path / "site"
+    for name, code in (("mymaps", MODULE), ("badmaps", "raise ImportError('no torch_extra')\n"),
+                       ("exitmaps", "import sys\nsys.exit(0)\n")):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(code)
+    info = site / "three-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: three\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[kernelzoo.feature_maps]\nbad = badmaps\nexiting = exitmaps\ncube = mymaps\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(feature_maps, "FEATURE_MAPS", dict(feature_maps.FEATURE_MAPS))
+    monkeypatch.setattr(feature_maps, "PLUGIN_FAILURES", {})
+    monkeypatch.setattr(feature_maps, "_LOADED", set())
+    phi = feature_maps.build_feature_map("cube", d_key=4)  # sys.exit at import ended runs here
+    assert phi.name == "cube" and phi.d_dot == 4
+    with pytest.raises(feature_maps.ConfigError) as err:
+        feature_maps.build_feature_map("nosuch", d_key=4)
+    assert str(err.value).endswith(
+        "; feature map plugins that failed: 'bad' (badmaps) failed to import: ImportError: no "
+        "torch_extra; 'exiting' (exitmaps) failed to import: SystemExit: 0")
