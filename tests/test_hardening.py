@@ -284,35 +284,41 @@ def test_foreign_runs_and_duplicate_ids_are_left_out_and_named(tmp_path):
 
 # ------------------------------------------------------------------ no worker outlives its sweep
 
-def test_a_worker_dies_with_its_sweep_killed_outright(tmp_path, cli_env):
-    """A sweep process marks itself and starts a worker, which calls ``die_with_sweep`` and
-    then would sleep a minute; the sweep is SIGKILLed: the worker is gone within seconds."""
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_worker_dies_with_its_sweep_killed_outright(cli_env, depth):
+    """A sweep process marks itself and starts a worker (depth 1, as loky does) or a controller
+    that starts it (depth 2, as submitit's local executor does); the worker calls
+    ``die_with_sweep``, then would sleep a minute. The sweep is SIGKILLed: the worker is gone
+    within seconds."""
+    import signal
     import subprocess
     import sys
     import time
 
     from kernelzoo import interrupt
 
-    worker = ("import time; from kernelzoo import interrupt; interrupt.die_with_sweep(); "
-              "print('ready', flush=True); time.sleep(60)")
+    worker = ("import os, time; from kernelzoo import interrupt; interrupt.die_with_sweep(); "
+              "print(os.getpid(), flush=True); time.sleep(60)")
+    start = f"subprocess.Popen([sys.executable, '-c', {worker!r}])"
+    for _ in range(depth - 1):  # a controller between: it prints its pid, then starts the next
+        controller = ("import os, subprocess, sys, time; print(os.getpid(), flush=True); "
+                      f"{start}; time.sleep(60)")
+        start = f"subprocess.Popen([sys.executable, '-c', {controller!r}])"
     sweep = ("import subprocess, sys, time; from kernelzoo import interrupt; "
-             "interrupt.mark_sweep(); "
-             f"p = subprocess.Popen([sys.executable, '-c', {worker!r}]); "
-             "print(p.pid, flush=True); time.sleep(60)")
+             f"interrupt.mark_sweep(); {start}; time.sleep(60)")
     main = subprocess.Popen([sys.executable, "-c", sweep], env=cli_env, stdout=subprocess.PIPE,
                             text=True)
+    pids = [int(main.stdout.readline()) for _ in range(depth)]  # controllers first, then the worker
     try:
-        lines = {main.stdout.readline().strip() for _ in range(2)}  # its pid, the worker's ready
-        (child,) = [int(line) for line in lines if line.isdigit()]
-        assert "ready" in lines
         main.kill()
         main.wait()
         end = time.monotonic() + 5
-        while time.monotonic() < end and interrupt._alive(child):
+        while time.monotonic() < end and interrupt._alive(pids[-1]):
             time.sleep(0.02)
-        assert not interrupt._alive(child), "the worker outlived its sweep"
+        assert not interrupt._alive(pids[-1]), "the worker outlived its sweep"
     finally:
-        main.kill()
+        for pid in pids[:-1]:
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_the_next_sweep_cleans_what_a_killed_one_left_in_shm(tmp_path):
@@ -478,3 +484,18 @@ def test_a_plugin_failing_at_import_disables_only_itself(tmp_path, monkeypatch):
     assert str(err.value).endswith(
         "; feature map plugins that failed: 'bad' (badmaps) failed to import: ImportError: no "
         "torch_extra; 'exiting' (exitmaps) failed to import: SystemExit: 0")
+
+
+def test_submitit_local_runs_as_many_jobs_at_once_as_the_cores_hold(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.kernelzoo_sweeper.grid_sweeper import batch_size
+
+    local = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    launcher = OmegaConf.create({"_target_": local, "cpus_per_task": 1})
+    assert batch_size(None, launcher) == 2  # every job at once before: 24 points, 48 processes
+    assert batch_size(None, OmegaConf.create({"_target_": local, "cpus_per_task": 4})) == 1
+    assert batch_size(5, launcher) == 5
+    slurm = OmegaConf.create({"_target_": local.replace("LocalLauncher", "SlurmLauncher")})
+    assert batch_size(None, slurm) is None

@@ -10,7 +10,7 @@ descendant process: the launcher's workers, their helpers), records the interrup
 ``sweep.json`` and says what was stopped; ``train.main`` prints that one line and exits with
 128 + the signal number. Further signals are ignored while this happens. A sweep killed
 outright (SIGKILL) runs none of this: its workers, marked at their start (``die_with_sweep``),
-are killed by the kernel as it dies, and the next sweep removes what they left in /dev/shm
+are killed as it dies, and the next sweep removes what they left in /dev/shm
 (``clean_shm``).
 """
 
@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -71,18 +72,52 @@ def mark_sweep() -> None:
 
 
 def die_with_sweep() -> None:
-    """In a worker of a sweep (``mark_sweep``): have the kernel SIGKILL this process when the
-    sweep's main process dies, however it dies (kill -9 included), so that no worker trains on
-    or waits forever on its pipes (Linux: prctl PR_SET_PDEATHSIG); a worker whose sweep is
-    already gone exits at once. Elsewhere, or in the sweep's own process, nothing."""
+    """In a worker of a sweep (``mark_sweep``): end this process as soon as the sweep's main
+    process is gone, however it ended (kill -9 included), so that no worker trains on or waits
+    forever on its pipes. A worker the sweep started itself (loky's) asks the kernel for a
+    SIGKILL when its parent dies (Linux prctl PR_SET_PDEATHSIG); any worker, however deep
+    (submitit's tasks run under a controller process), also has a thread that watches the
+    sweep's process and SIGKILLs this one once it is gone. In the sweep's own process, nothing."""
     pid = os.environ.get(SWEEP_PID)
-    if not (pid and pid.isdigit()) or int(pid) == os.getpid() or \
-            not sys.platform.startswith("linux"):
+    if not (pid and pid.isdigit()) or int(pid) == os.getpid() or _WATCHED:
         return
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != int(pid):  # the sweep died before the line above: nothing to report to
-        os._exit(128 + signal.SIGKILL)
+    pid = int(pid)
+    if sys.platform.startswith("linux") and os.getppid() == pid:
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    started = _started(pid)
+    if started is None:  # the sweep died before this worker got here
+        os.kill(os.getpid(), signal.SIGKILL)
+    _WATCHED.append(pid)
+    threading.Thread(target=_watch, args=(pid, started), name="kernelzoo-sweep-watch",
+                     daemon=True).start()
+
+
+_WATCHED: list[int] = []
+
+
+def _watch(pid: int, started, every: float = 0.5) -> None:
+    while _started(pid) == started:
+        time.sleep(every)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _started(pid: int):
+    """When ``pid`` started (its /proc start time; elsewhere True), None once it is gone or a
+    zombie: with the start time, a pid reused by another process counts as gone."""
+    if not Path("/proc/self/stat").exists():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return True
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def clean_shm(root: Path = SHM) -> list[Path]:

@@ -46,6 +46,17 @@ def machine() -> str:
     return f"{store.cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
 
 
+def batch_size(max_batch_size: int | None, launcher) -> int | None:
+    """Jobs launched at once: ``max_batch_size`` when set; for submitit's local executor, which
+    starts every job it is given at once, as many as the cores hold (cores over
+    ``cpus_per_task``); otherwise all (the launcher keeps its own parallelism)."""
+    if max_batch_size is not None or not str(launcher.get("_target_", "")).endswith(
+            ".LocalLauncher"):
+        return max_batch_size
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, launcher.get("cpus_per_task") or 1))
+
+
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
 
 
@@ -182,7 +193,8 @@ class GridSweeper(BasicSweeper):
                 step_cost(int(override_value(p, "n_keys", self.config.n_keys))) for p in points))
         returns, self.batch_index = [], 0
         jobs = self.packs(points)
-        self.overrides = list(self.split_overrides_to_chunks(jobs, self.max_batch_size)) if jobs else []
+        batch = batch_size(self.max_batch_size, self.config.hydra.launcher)
+        self.overrides = list(self.split_overrides_to_chunks(jobs, batch)) if jobs else []
         while not self.is_done():
             batch = self.get_job_batch()
             try:
