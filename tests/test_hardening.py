@@ -499,3 +499,39 @@ def test_submitit_local_runs_as_many_jobs_at_once_as_the_cores_hold(monkeypatch)
     assert batch_size(5, launcher) == 5
     slurm = OmegaConf.create({"_target_": local.replace("LocalLauncher", "SlurmLauncher")})
     assert batch_size(None, slurm) is None
+
+
+READ_ONLY_JOB_DIRS = """
+import errno, os, re
+_mkdir = os.mkdir
+def mkdir(path, *args, **kwargs):  # Hydra's job directories (<sweep dir>/<job number>) fail
+    if re.search(r"/hydra/[^/]+/[0-9]+$", os.fspath(path)):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+    return _mkdir(path, *args, **kwargs)
+os.mkdir = mkdir
+"""
+
+
+@pytest.mark.slow  # a sweep under each launcher: ~20 s
+@pytest.mark.parametrize("launcher", [[], ["launcher=local", "hydra.launcher.n_jobs=2"]])
+def test_a_read_only_store_mid_sweep_is_one_line_and_recorded(tmp_path, cli_env, launcher):
+    """The store turns read-only for Hydra's job directories, in the sweep's process (basic)
+    or in its workers (local): one line naming the directory, exit code 1, sweep.json says
+    so."""
+    import json
+
+    from conftest import PYTHON, run_cmd, smoke_args
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(READ_ONLY_JOB_DIRS)  # imported by every worker too
+    env = {**cli_env, "PYTHONPATH": f"{site}:{cli_env['PYTHONPATH']}"}
+    results = tmp_path / "results"
+    res = run_cmd([PYTHON, "-m", "kernelzoo.sweep", "smoke", *smoke_args(results), *launcher],
+                  env)
+    assert res.returncode == 1 and "Traceback" not in res.output, res.explain()
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith(f"error: {results / 'smoke' / 'hydra'}") and \
+        lines[-1].endswith(": Read-only file system"), res.explain()
+    last = json.loads((results / "smoke" / "sweep.json").read_text())["invocations"][-1]
+    assert last["failed"] == lines[-1].removeprefix("error: ")

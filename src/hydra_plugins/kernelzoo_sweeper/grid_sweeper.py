@@ -18,6 +18,7 @@ line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep
 (points, outcomes, wall seconds, and ``interrupted`` with the signal when it was stopped).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -141,12 +142,12 @@ class GridSweeper(BasicSweeper):
             print(f"removed {len(leftovers)} files and folders of {interrupt.SHM} "
                   "left by killed sweeps' workers")
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         self.outcomes: Counter = Counter({"skipped": len(points) - len(todo)} if not search else {})
         self.first_job = 0
         rounds = None
         try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
             if search:
                 from .search_rounds import SearchRounds
 
@@ -170,6 +171,14 @@ class GridSweeper(BasicSweeper):
                 f"{wall / 60:.1f} min ({self._totals() or 'nothing finished'}); its workers are "
                 "stopped, runs in flight have no summary and a rerun continues them from their "
                 "checkpoints, if any")) from None
+        except OSError as err:  # a full disk, a read-only store: here, or in a worker (Hydra's
+            interrupt.stop_workers()  # job directories included); the first failure is the line
+            record = {**rounds.record(), **chosen} if rounds else planned
+            with contextlib.suppress(OSError):
+                self._write_record({**record, "failed": files.one_line(err)}, start,
+                                   time.time() - start)
+            print(f"error: {files.one_line(err)}", file=sys.stderr)
+            sys.exit(1)
         wall = time.time() - start
         print(f"sweep {self.config.experiment}: a dry run, nothing trained" if self.config.dry_run
               else f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "
@@ -256,26 +265,32 @@ class GridSweeper(BasicSweeper):
                               int(value("d_key", c.d_key)), replacement)
 
     def _record(self, record: dict, start, wall) -> None:
-        """Append this invocation to sweep.json (a damaged one is kept aside, never lost)."""
+        """Append this invocation to sweep.json (``_write_record``); one line and exit code 1
+        when it cannot be written."""
+        try:
+            self._write_record(record, start, wall)
+        except OSError as err:
+            print(f"error: {files.one_line(err)}", file=sys.stderr)
+            sys.exit(1)
+
+    def _write_record(self, record: dict, start, wall) -> None:
+        """Append this invocation to sweep.json (a damaged one is kept aside, never lost);
+        OSError naming the file when it cannot be written."""
         if self.config.dry_run:
             return
         path = store.sweep_file(store.experiment_dir(self.config.results_dir,
                                                      self.config.experiment))
-        try:
-            with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
-                try:
-                    history = store.read_sweep(path.parent) or {"invocations": []}
-                except store.StoreError as err:
-                    print(store.set_aside(path, err), file=sys.stderr)
-                    history = {"invocations": []}
-                history["invocations"].append({
-                    "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
-                    **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
-                    "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
-                    "machine": machine()})
-                history["wall_seconds"] = round(sum(i["wall_seconds"]
-                                                    for i in history["invocations"]), 1)
-                files.atomic_write_text(path, json.dumps(history, indent=2) + "\n")
-        except OSError as err:
-            print(f"error: {files.one_line(err)}", file=sys.stderr)
-            sys.exit(1)
+        with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
+            try:
+                history = store.read_sweep(path.parent) or {"invocations": []}
+            except store.StoreError as err:
+                print(store.set_aside(path, err), file=sys.stderr)
+                history = {"invocations": []}
+            history["invocations"].append({
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
+                **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
+                "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
+                "machine": machine()})
+            history["wall_seconds"] = round(sum(i["wall_seconds"]
+                                                for i in history["invocations"]), 1)
+            files.atomic_write_text(path, json.dumps(history, indent=2) + "\n")
