@@ -535,3 +535,17 @@ def test_a_read_only_store_mid_sweep_is_one_line_and_recorded(tmp_path, cli_env,
         lines[-1].endswith(": Read-only file system"), res.explain()
     last = json.loads((results / "smoke" / "sweep.json").read_text())["invocations"][-1]
     assert last["failed"] == lines[-1].removeprefix("error: ")
+
+
+def test_the_analysis_reads_no_run_through_a_link(tmp_path):
+    from synthetic import write_series
+
+    from kernelzoo.analyze import load_runs
+
+    own = write_series(tmp_path / "mine", {10: 1e-4})
+    [outside] = write_series(tmp_path / "elsewhere", {20: 1e-4})
+    link = tmp_path / "mine" / "runs" / "linked"
+    link.symlink_to(outside, target_is_directory=True)
+    runs, missing, damaged = load_runs(tmp_path / "mine")
+    assert list(runs["run_dir"]) == [own[0].name] and not missing
+    assert damaged == [f"{link}: a symbolic link, not a run directory; left unread"]

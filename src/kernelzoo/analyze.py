@@ -70,7 +70,9 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
     Hidden entries (a forced rerun in progress) are not runs."""
     rows, missing, damaged = [], [], []
     for path in sorted(p for p in (exp_dir / "runs").iterdir() if not p.name.startswith(".")):
-        if not path.is_dir():
+        if path.is_symlink():  # the store follows no link (store.guard)
+            damaged.append(f"{path}: a symbolic link, not a run directory; left unread")
+        elif not path.is_dir():
             damaged.append(f"{path}: not a run directory")
         elif not (path / "summary.json").exists():
             missing.append(path.name)
