@@ -127,11 +127,11 @@ def test_a_checkpoint_of_another_device_or_configuration_is_not_used(tmp_path):
     checkpoint.write(tmp_path, {"identity": checkpoint.key(identity), "device": "cuda:0",
                                 "step": 50})
     (tmp_path / "curve.csv").write_text("step\n")
-    saved, why = checkpoint.read(tmp_path, identity, torch.device("cpu"))
+    saved, why = checkpoint.read(tmp_path, identity, torch.device("cpu"), lambda: None)
     assert saved is None and why == "its checkpoint.pt was written on cuda:0, this run trains on cpu"
-    saved, why = checkpoint.read(tmp_path, {**identity, "n_keys": 7}, torch.device("cpu"))
+    saved, why = checkpoint.read(tmp_path, {**identity, "n_keys": 7}, torch.device("cpu"), lambda: None)
     assert saved is None and why == "its checkpoint.pt is of another configuration"
-    assert checkpoint.read(tmp_path / "none", identity, torch.device("cpu")) == (None, None)
+    assert checkpoint.read(tmp_path / "none", identity, torch.device("cpu"), lambda: None) == (None, None)
 
 
 def test_resume_false_starts_over_and_dry_run_names_the_checkpoint(tmp_path, monkeypatch):

@@ -38,8 +38,8 @@ import pandas as pd
 from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import (config, plots, prediction, published, rank_bound, scaling, stalls,
-                       tracking)
+from kernelzoo import (config, plots, prediction, published, rank_bound, scaling, settings,
+                       stalls, tracking)
 from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
@@ -71,7 +71,9 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
     Hidden entries (a forced rerun in progress) are not runs."""
     rows, missing, damaged = [], [], []
     for path in sorted(p for p in (exp_dir / "runs").iterdir() if not p.name.startswith(".")):
-        if not path.is_dir():
+        if path.is_symlink():  # the store follows no link (store.guard)
+            damaged.append(f"{path}: a symbolic link, not a run directory; left unread")
+        elif not path.is_dir():
             damaged.append(f"{path}: not a run directory")
         elif not (path / "summary.json").exists():
             missing.append(path.name)
@@ -88,7 +90,8 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
                              "eval_seq_len": eval_len,
                              "replacement": bool(task.get("replacement")),
                              "eval_max_queries": trainer.get("eval_max_queries", 200),
-                             "eval_query_batch": trainer.get("eval_query_batch", 32)})
+                             "eval_query_batch": trainer.get("eval_query_batch", 32),
+                             "settings": settings.of_config(cfg)})
             except StoreError as err:
                 damaged.append(str(err))
     runs = pd.DataFrame(rows)
@@ -107,6 +110,21 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
     for key in ("d_dot", "predicted_capacity"):
         runs[key] = runs[key].astype("Int64")
     return add_labels(runs), missing, damaged
+
+
+def sort_out(runs: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[str]]:
+    """``runs`` without the runs that do not belong to ``experiment`` and with each
+    configuration trained under several settings split by them (``settings.py``), and one
+    line per run left out or configuration split."""
+    if runs.empty:
+        return runs, []
+    kept, lines = settings.set_aside(runs, experiment)
+    if len(kept) < len(runs):
+        kept = add_labels(kept.reset_index(drop=True)) if len(kept) else kept.iloc[:0]
+    if kept.empty:
+        return pd.DataFrame(), lines
+    kept, split = settings.split(kept)
+    return kept.reset_index(drop=True), lines + split
 
 
 def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
@@ -228,13 +246,16 @@ def analyze(cfg: DictConfig) -> None:
     and report.md."""
     exp_dir = experiment_dir(cfg.results_dir, cfg.experiment)
     runs, missing, damaged = load_runs(exp_dir)
+    runs, checks = stalls.split_checks(runs)  # a check's stopping rule differs by design
+    runs, set_aside = sort_out(runs, cfg.experiment)
+    for line in set_aside:
+        print(f"warning: {line}", file=sys.stderr)
     if runs.empty:
         for line in damaged:
             print(f"warning: skipped damaged file: {line}", file=sys.stderr)
         print(f"nothing to analyse in {exp_dir / 'runs'}: {plural(len(missing), 'run')} without "
               f"summary, {len(damaged)} damaged", file=sys.stderr)
         return
-    runs, checks = stalls.split_checks(runs)
     runs["rank_bound"] = rank_bounds(runs, cfg.threshold)
     runs["stalled"] = stalls.stalled(runs, exp_dir / "runs", cfg.threshold)
     atomic_write(exp_dir / "runs.parquet",
@@ -262,7 +283,8 @@ def analyze(cfg: DictConfig) -> None:
     report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, checked,
                                    families, missing, damaged,
                                    None if search else grid_holes(runs), figures, omitted,
-                                   cfg.threshold, cfg.accuracy_threshold, rule=RULE)
+                                   cfg.threshold, cfg.accuracy_threshold, rule=RULE,
+                                   set_aside=set_aside)
     for line in damaged:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {plural(len(runs), 'run')} of {cfg.experiment} -> {report}")
@@ -306,6 +328,12 @@ def main() -> None:
     """Console entry point: the command line is composed and checked as Hydra will run it, so
     a bad value is one line and exit code 2 before anything is read or written."""
     args = get_args_parser().parse_args(sys.argv[1:])
+    if args.help:  # what the analysis takes and writes, not Hydra's listing of train's groups
+        title, usage = __doc__.split("\n\n")[:2]
+        print(f"usage:\n{usage}\n\n{title} Writes runs.parquet, capacity.csv, scaling.csv, the "
+              "figures and report.md into <results_dir>/<experiment>/.\n"
+              f"{_experiments(config.compose('analyze', []).results_dir)}")
+        sys.exit(0)
     if not any((args.help, args.hydra_help, args.cfg, args.info, args.shell_completion,
                 args.config_path, args.config_dir)):
         try:

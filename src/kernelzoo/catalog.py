@@ -25,26 +25,39 @@ for _cls in BUILT_IN:
 __all__ = ["FEATURE_MAPS", "ConfigError", "InfeasibleError", "build_feature_map", "resolve_params"]
 
 
+PLUGIN_FAILURES: dict[str, str] = {}  # entry point -> why it failed to import
+_LOADED: set[str] = set()
+
+
 def _load_entry_points():
-    """Import every entry point of ENTRY_POINTS (a FeatureMap class is registered; a module
-    registers its own maps with @register on import)."""
+    """Import every entry point of ENTRY_POINTS not imported yet (a FeatureMap class is
+    registered; a module registers its own maps with @register on import). Each on its own: one
+    that raises, or calls sys.exit, on import is recorded in PLUGIN_FAILURES and the others
+    still load."""
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINTS):
+        if ep.name in _LOADED or ep.name in PLUGIN_FAILURES:
+            continue
         try:
             loaded = ep.load()
-        except Exception as err:
-            raise ConfigError(f"feature map plugin {ep.name!r} ({ep.value}) failed to import: "
-                              f"{type(err).__name__}: {err}") from None
-        if isinstance(loaded, type) and issubclass(loaded, FeatureMap):
-            register(loaded)
+            if isinstance(loaded, type) and issubclass(loaded, FeatureMap):
+                register(loaded)
+        except (Exception, SystemExit) as err:
+            PLUGIN_FAILURES[ep.name] = (f"{ep.name!r} ({ep.value}) failed to import: "
+                                        f"{type(err).__name__}: {err}")
+            continue
+        _LOADED.add(ep.name)
 
 
 def _lookup(name, params):
     """The class registered as `name`, after checking that it takes every parameter in params."""
     if name not in FEATURE_MAPS:
         _load_entry_points()
-    require(name in FEATURE_MAPS, f"unknown feature map {name!r}; valid: {', '.join(FEATURE_MAPS)}")
+    failed = ("; feature map plugins that failed: " + "; ".join(PLUGIN_FAILURES.values())
+              if PLUGIN_FAILURES else "")
+    require(name in FEATURE_MAPS,
+            f"unknown feature map {name!r}; valid: {', '.join(FEATURE_MAPS)}{failed}")
     cls = FEATURE_MAPS[name]
     valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "d_key")]
     for p in params:

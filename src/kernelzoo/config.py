@@ -271,6 +271,14 @@ def _walk(obj, prefix: str = ""):
             yield f"{prefix}{f.name}", value, f.metadata["rule"]
 
 
+def task_overrides() -> list[str]:
+    """The job's command-line overrides as typed: strings, an interpolation in one
+    (``${oc.env:NAME}``) unresolved; [] outside a Hydra job."""
+    if not HydraConfig.initialized():
+        return []
+    return OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)
+
+
 def check(cfg: DictConfig, schema=Config):
     """``cfg`` (composed over ``schema``, without its hydra node) as a checked ``schema``
     object: keys, ranges, choices and the rules between fields (Hydra checked the types as it
@@ -278,7 +286,7 @@ def check(cfg: DictConfig, schema=Config):
     if OmegaConf.get_type(cfg) is not schema:
         raise TypeError(f"a config composed over {schema.__name__} is needed "
                         "(its YAML lists the schema first in its defaults)")
-    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else ()
+    overrides = task_overrides()
     try:
         _known_keys(cfg, schema, "", overrides)
         obj = OmegaConf.to_object(cfg)  # resolves interpolations, typed as their fields
@@ -331,6 +339,16 @@ def writable(path: str | Path) -> None:
     except OSError as err:
         raise UsageError(f"cannot write {path} ({err.strerror}); valid: a writable "
                          "results_dir=...") from None
+
+
+def check_chdir(cfg: DictConfig) -> None:
+    """UsageError when ``hydra.job.chdir=true`` would move a relative results_dir into each
+    job's own directory (every run its own store)."""
+    if OmegaConf.select(cfg, "hydra.job.chdir") and \
+            not Path(str(OmegaConf.select(cfg, "results_dir", default="."))).is_absolute():
+        raise UsageError(f"hydra.job.chdir=true with the relative results_dir="
+                         f"{cfg.results_dir} would give every job a store of its own in its "
+                         "directory; valid: an absolute results_dir, or hydra.job.chdir=false")
 
 
 def compose(config_name: str, overrides: list[str], multirun: bool = False) -> DictConfig:

@@ -2,18 +2,21 @@
 
 ``atomic_write`` writes a file so that readers, and a kill -9 or a full disk at any moment, see
 the old file or the new, never a part, with the mode the umask gives; ``read_text`` reads only
-regular UTF-8 files, so a FIFO or a binary blob where a result should be is reported (as
+regular UTF-8 files of bounded size, never through a link (``open_regular``, which the binary
+checkpoint is read through too), so a FIFO or a binary blob where a result should be is reported (as
 StoreError, naming the file and what is wrong), never waited on or decoded into nonsense.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterator
 
 
 class StoreError(Exception):
@@ -68,13 +71,35 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def read_text(path: Path) -> str:
-    """The text of the regular file ``path``. OSError when it cannot be opened; StoreError
-    naming it when it is no regular file (a FIFO would block a reader forever) or not UTF-8."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+TEXT_LIMIT = 256 << 20  # the largest text a store holds (a long curve.csv is a few MB)
+
+
+@contextlib.contextmanager
+def open_regular(path: Path, limit: int = TEXT_LIMIT) -> Iterator[BinaryIO]:
+    """``path`` opened for reading when it is a regular file of at most ``limit`` bytes.
+    OSError when it cannot be opened (FileNotFoundError when missing); StoreError naming it
+    when it is a link (never followed: ``store.guard``), no regular file (a FIFO would block a
+    reader forever, a device never end) or too large."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise StoreError(f"{path}: a symbolic link, not a file of the store") from None
+        raise
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
             raise StoreError(f"{path}: not a regular file")
+        if info.st_size > limit:
+            raise StoreError(f"{path}: {info.st_size} bytes, more than the {limit} a store "
+                             "file may hold")
+        yield f
+
+
+def read_text(path: Path) -> str:
+    """The text of the regular file ``path`` (``open_regular``); StoreError naming it when it
+    is not UTF-8."""
+    with open_regular(path) as f:
         data = f.read()
     try:
         return data.decode()

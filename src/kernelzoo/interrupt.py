@@ -1,24 +1,37 @@
-"""SIGTERM and SIGINT stop a run or a sweep cleanly, with one line.
+"""SIGTERM, SIGINT and SIGHUP stop a run or a sweep cleanly, with one line; a sweep's workers
+die with it however it ends.
 
-``handled()`` turns the first of either signal into ``Interrupted`` (a KeyboardInterrupt) in the
+``handled()`` turns the first of these signals into ``Interrupted`` (a KeyboardInterrupt) in the
 main thread, wherever it is: in the training loop, or in a launcher waiting for its workers.
 Every layer then unwinds as it does for Ctrl-C: the run in flight writes no summary (a rerun
 continues it from its last checkpoint, ``checkpoint.py``, or starts it over) and releases its
 claim. The sweeper stops its workers with ``stop_workers`` (every
 descendant process: the launcher's workers, their helpers), records the interruption in
 ``sweep.json`` and says what was stopped; ``train.main`` prints that one line and exits with
-128 + the signal number. Further signals are ignored while this happens.
+128 + the signal number. Further signals are ignored while this happens. A sweep killed
+outright (SIGKILL) runs none of this: its workers, marked at their start (``die_with_sweep``),
+are killed as it dies, and the next sweep removes what they left in /dev/shm
+(``clean_shm``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import re
+import shutil
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
+                if hasattr(signal, name))
+SWEEP_PID = "KERNELZOO_SWEEP_PID"  # the sweep's main process, in its workers' environment
+SHM = Path("/dev/shm")
+SHM_LEFTOVERS = re.compile(r"^(?:joblib_memmapping_folder_|sem\.loky-)(\d+)[_-]")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -36,7 +49,8 @@ class Interrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def handled():
-    """Within this block, SIGTERM and SIGINT raise Interrupted (once) in the main thread."""
+    """Within this block, SIGTERM, SIGINT and SIGHUP raise Interrupted (once) in the main
+    thread."""
     stopping = []
 
     def handler(signum, frame):
@@ -50,6 +64,79 @@ def handled():
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def mark_sweep() -> None:
+    """Name this process, in the environment its workers inherit, as their sweep."""
+    os.environ[SWEEP_PID] = str(os.getpid())
+
+
+def die_with_sweep() -> None:
+    """In a worker of a sweep (``mark_sweep``): end this process as soon as the sweep's main
+    process is gone, however it ended (kill -9 included), so that no worker trains on or waits
+    forever on its pipes. A worker the sweep started itself (loky's) asks the kernel for a
+    SIGKILL when its parent dies (Linux prctl PR_SET_PDEATHSIG); any worker, however deep
+    (submitit's tasks run under a controller process), also has a thread that watches the
+    sweep's process and SIGKILLs this one once it is gone. In the sweep's own process, nothing."""
+    pid = os.environ.get(SWEEP_PID)
+    if not (pid and pid.isdigit()) or int(pid) == os.getpid() or _WATCHED:
+        return
+    pid = int(pid)
+    if sys.platform.startswith("linux") and os.getppid() == pid:
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    started = _started(pid)
+    if started is None:  # the sweep died before this worker got here
+        os.kill(os.getpid(), signal.SIGKILL)
+    _WATCHED.append(pid)
+    threading.Thread(target=_watch, args=(pid, started), name="kernelzoo-sweep-watch",
+                     daemon=True).start()
+
+
+_WATCHED: list[int] = []
+
+
+def _watch(pid: int, started, every: float = 0.5) -> None:
+    while _started(pid) == started:
+        time.sleep(every)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _started(pid: int):
+    """When ``pid`` started (its /proc start time; elsewhere True), None once it is gone or a
+    zombie: with the start time, a pid reused by another process counts as gone."""
+    if not Path("/proc/self/stat").exists():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return True
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def clean_shm(root: Path = SHM) -> list[Path]:
+    """Remove what a killed sweep's local workers left in ``root`` (/dev/shm): joblib's
+    memmapping folders and loky's semaphores named after a process of this user that is gone;
+    the paths removed."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in root.iterdir():
+            match = SHM_LEFTOVERS.match(entry.name)
+            with contextlib.suppress(OSError):
+                if match and entry.lstat().st_uid == os.getuid() and \
+                        not Path(f"/proc/{match.group(1)}").exists():
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+                    removed.append(entry)
+    return removed
 
 
 def descendants(pid: int | None = None) -> list[int]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from .files import atomic_write_text
+from .files import StoreError, atomic_write_text, read_text
 
 FILE = "progress.json"
 
@@ -43,13 +43,13 @@ def finished(sweep_dir: str | Path, work: float = 1.0) -> str | None:
     path = Path(sweep_dir) / FILE
     try:
         with FileLock(str(path) + ".lock", timeout=10):
-            state = json.loads(path.read_text())
+            state = json.loads(read_text(path))
             state["done"] += 1
             state["work_done"] += work
             atomic_write_text(path, json.dumps(state) + "\n")
         k, n, elapsed = state["done"], state["total"], time.time() - state["started"]
         done, left = state["work_done"], max(state["work"] - state["work_done"], 0.0)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, StoreError, ValueError, KeyError, TypeError):
         return None
     eta = elapsed / done * left if done > 0 else 0.0
     where = f" of {state['label']}" if state.get("label") else ""

@@ -402,10 +402,11 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                  capacity: pd.DataFrame, checked: pd.DataFrame, families: list[scaling.Family],
                  missing: list[str], damaged: list[str], holes: list[str], figures: list[Path],
                  omitted: list[str], threshold: float, accuracy_threshold: float,
-                 rule: str) -> tuple[Path, list[str]]:
+                 rule: str, set_aside: list[str] = ()) -> tuple[Path, list[str]]:
     """``report.md``: what ran where, the rule, the table, the stalls, the probes, what is
     missing; with every damaged file listed (``damaged``, an unreadable sweep.json and
-    diagnostics.json: returned too). ``checked``: the stall checks (``stalls.check_outcomes``);
+    diagnostics.json: returned too) and the runs left out or configurations split
+    (``set_aside``: ``analyze.sort_out``). ``checked``: the stall checks (``stalls.check_outcomes``);
     ``families``: ``scaling.families``."""
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
@@ -491,7 +492,8 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
              noise(runs, seeds)),
             ("Runs that stalled (see Stalls: counted as they ended)", stalled),
             ("Grid holes (each configuration's n_keys x the experiment's seeds)", holes),
-            ("Configurations whose seeds disagree on the outcome", mixed)):
+            ("Configurations whose seeds disagree on the outcome", mixed),
+            ("Runs left out and configurations split by their settings", list(set_aside))):
         if items is not None:
             lines += [f"- {title}: {len(items) or 'none'}"] + _listing(items)
     lines += [""] + figure_lines(figures, omitted)

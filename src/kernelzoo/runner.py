@@ -114,6 +114,14 @@ class Member:
         return self.wall_before + time.perf_counter() - self.started
 
 
+def build_model(plan: dict, n_keys: int) -> RetrievalModel:
+    """A fresh model of the planned run (its map, memory and n_keys), initialised from torch's
+    global generator."""
+    mem = plan["memory"]
+    return RetrievalModel(n_keys, plan["phi"], mem.update_rule, mem.normalisation, mem.eps,
+                          mem.key_eps, mem.chunk_size)
+
+
 class _Run:
     """One run's own state in the loop: model, data stream, curve, stopping rule."""
 
@@ -121,8 +129,7 @@ class _Run:
         self.m, tr, p, device = m, m.plan["trainer"], m.plan, m.plan["device"]
         mem, n_keys, seed = p["memory"], m.cfg.n_keys, m.cfg.seed
         torch.manual_seed(seed)
-        self.model = RetrievalModel(n_keys, p["phi"], mem.update_rule, mem.normalisation,
-                                    mem.eps, mem.key_eps, mem.chunk_size).to(device=device, dtype=dtype)
+        self.model = build_model(p, n_keys).to(device=device, dtype=dtype)
         if hasattr(p["phi"], "use_generator"):  # its redraws: its own stream, alone or packed
             p["phi"].use_generator(torch.Generator(device).manual_seed(seed + REDRAW_OFFSET))
         self.task = RetrievalTask(n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,

@@ -8,7 +8,10 @@ a directory without it is an interrupted run: a rerun continues it from its ``ch
 over. A forced rerun of a
 finished run is trained beside it (``staging``) and swapped in whole when complete. Concurrent
 workers claim a run with an OS file lock (``.claim``), which the kernel releases when a worker
-dies. Everything is plain text (YAML, CSV, JSON): reading results never executes code.
+dies. Everything is plain text (YAML, CSV, JSON): reading results never executes code. The
+store follows no link: a run directory, ``runs/`` or the experiment directory that is a link
+is refused before anything is written or deleted (``guard``), and deletion removes a link,
+never what it points to (``remove``).
 
 Every file is written and read through ``files.py``: whole, or reported as damaged.
 """
@@ -32,7 +35,7 @@ import yaml
 from filelock import FileLock, Timeout
 
 from .config import is_name
-from .files import StoreError, atomic_write_text, read_json, read_text
+from .files import StoreError, atomic_write_text, one_line, read_json, read_text
 
 STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
 CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
@@ -132,9 +135,21 @@ def point_summary(results_dir, experiment: str, overrides: list[str]) -> dict | 
     if not is_name(rid):
         raise StoreError(f"{file}: not an index entry (a run id is one path component)")
     try:
-        return read_summary(run_dir(results_dir, experiment, rid))
+        summary = read_summary(run_dir(results_dir, experiment, rid))
     except StoreError:
         return None
+    wrong = [f"{key} {summary[key]}, not the point's {value}"
+             for key, value in _point_values(overrides).items() if str(summary[key]) != value]
+    if summary["run_id"] != rid or summary["experiment"] != experiment or wrong:
+        raise StoreError(f"{file}: names run {rid}, which is not this point's ("
+                         + ("; ".join(wrong) or "another experiment's or run's summary") + ")")
+    return summary
+
+
+def _point_values(overrides: list[str]) -> dict[str, str]:
+    """The values of a point's overrides that its run's summary records as given."""
+    values = dict(o.lstrip("+").split("=", 1) for o in overrides if "=" in o)
+    return {key: values[key] for key in ("n_keys", "seed", "d_key") if key in values}
 
 
 def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
@@ -143,6 +158,37 @@ def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
 
 def run_dir(results_dir: str | Path, experiment: str, rid: str) -> Path:
     return experiment_dir(results_dir, experiment) / "runs" / rid
+
+
+def guard(results_dir: str | Path, path: Path) -> Path:
+    """``path`` (the experiment directory, ``runs/``, a run directory: anything below
+    ``results_dir``) when nothing from ``results_dir`` down to it is a symbolic link, something
+    other than a directory, or leads out of ``results_dir``; StoreError naming the first that
+    is. Checked before a
+    run's directory is written or cleared, so the store never deletes or writes through a
+    link (``results_dir`` itself may be one)."""
+    root = Path(results_dir)
+    here = root
+    for part in Path(path).relative_to(root).parts:
+        here = here / part
+        if here.is_symlink():
+            raise StoreError(f"{here}: a symbolic link in the store; kernelzoo follows no link "
+                             f"out of {root}: replace it with a directory or use another "
+                             "results_dir")
+        if here.exists() and not here.is_dir():
+            raise StoreError(f"{here}: not a directory, where the store keeps one; valid: "
+                             "rename or remove it")
+    real = Path(os.path.realpath(path))
+    if os.path.lexists(path) and not real.is_relative_to(os.path.realpath(root)):
+        raise StoreError(f"{path}: leads out of {root} (to {real}); valid: a directory inside "
+                         "results_dir")
+    return Path(path)
+
+
+def guard_experiment(results_dir: str | Path, experiment: str) -> None:
+    """``guard`` of the experiment's directories: ``runs/``, ``index/`` and Hydra's ``hydra/``."""
+    for part in ("runs", "index", "hydra"):
+        guard(results_dir, experiment_dir(results_dir, experiment) / part)
 
 
 def sweep_file(exp_dir: str | Path) -> Path:
@@ -279,12 +325,19 @@ def read_summary(path: Path) -> dict:
 
 
 def read_config(path: Path) -> dict:
-    """The run's ``config.yaml``; {} when it is missing or unreadable."""
+    """The run's ``config.yaml``; {} when it is missing; StoreError naming it when it is no
+    regular file, not UTF-8 or not a YAML mapping."""
+    file = path / "config.yaml"
     try:
-        value = yaml.safe_load((path / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
+        value = yaml.safe_load(read_text(file))
+    except FileNotFoundError:
         return {}
-    return value if isinstance(value, dict) else {}
+    except (OSError, yaml.YAMLError) as err:
+        raise StoreError(f"{file}: not a readable config ({one_line(err).splitlines()[0]})") \
+            from None
+    if value is not None and not isinstance(value, dict):
+        raise StoreError(f"{file}: not a config (a YAML mapping)")
+    return value or {}
 
 
 def config_value(cfg: dict, key: str):
@@ -297,8 +350,11 @@ def config_value(cfg: dict, key: str):
 
 def read_config_value(path: Path, key: str):
     """A dotted ``key`` of the run's ``config.yaml``; None when the file or the key is missing
-    or unreadable."""
-    return config_value(read_config(path), key)
+    or the file is damaged (``read_config`` names it)."""
+    try:
+        return config_value(read_config(path), key)
+    except StoreError:
+        return None
 
 
 def is_done(path: Path) -> bool:
@@ -340,6 +396,9 @@ class Claim:
 
     def __init__(self, path: Path):
         path.mkdir(parents=True, exist_ok=True)
+        lock = path / ".claim"
+        if lock.is_symlink():  # the lock's open truncates: never through a link
+            lock.unlink()
         self.lock = FileLock(str(path / ".claim"), timeout=0)
 
     def __enter__(self) -> bool:
@@ -356,21 +415,27 @@ class Claim:
 
 def reset(path: Path, keep: tuple[str, ...] = ()) -> None:
     """Remove what an interrupted attempt left in a run directory but ``keep`` (never its claim
-    lock)."""
+    lock); a link is removed, never what it points to."""
     for child in path.iterdir():
         if child.name == ".claim" or child.name in keep:
             continue
-        if child.is_dir():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
+        remove(child)
+
+
+def remove(path: Path) -> None:
+    """Delete ``path``: a directory with everything in it, anything else (a link, even to a
+    directory) as the one entry it is; never across a link."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
 
 
 def staging(path: Path) -> Path:
     """An empty directory beside the finished run at ``path`` (hidden from readers), where a
     forced rerun is trained; what an interrupted forced rerun left there is removed."""
     new = path.parent / f".{path.name}.next"
-    shutil.rmtree(new, ignore_errors=True)
+    remove(new)
     new.mkdir()
     return new
 
@@ -387,7 +452,7 @@ def swap_in(new: Path, path: Path) -> None:
         os.replace(path, aside)
         os.replace(new, path)
         new = aside
-    shutil.rmtree(new)
+    remove(new)
 
 
 def _exchange(a: Path, b: Path) -> None:

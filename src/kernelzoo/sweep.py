@@ -38,7 +38,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     from . import train
 
-    sys.argv = [sys.argv[0], "--multirun", f"+experiments={name}", *overrides]
+    # Hydra takes one mode: --cfg, --info or --help shows the experiment's config (its point
+    # values as the experiment sets them), without a sweep
+    shows = any(a in ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help")
+                or a.startswith(("--cfg=", "--info=")) for a in overrides)
+    sys.argv = [sys.argv[0], *([] if shows else ["--multirun"]), f"+experiments={name}",
+                *overrides]
     train.main()
 
 

@@ -7,7 +7,7 @@ unless ``force=true``, which trains the new run beside it and swaps it in when c
 A bad value fails before Hydra creates anything (``precheck``): one line, exit code 2; in a
 sweep the sweeper checks every point before the first trains. A point that cannot be built (a
 d_dot its map cannot reach) is recorded ``infeasible`` with the reason instead, exit code 0.
-SIGTERM or SIGINT stops a run or a sweep with one line (``interrupt.py``).
+SIGTERM, SIGINT or SIGHUP stops a run or a sweep with one line (``interrupt.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .config import UsageError
 from .catalog import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from .devices import check_memory, require, resolve_device
 from .pack import step_cost
-from .runner import Member, fit
+from .runner import Member, build_model, fit
 from .words import plural
 
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",  # how, not
@@ -175,9 +175,10 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
         return record_infeasible(cfg, raw_identity(cfg), str(err), echo)
     identity = p["identity"]
     rid, path = locate(cfg, identity)
+    inside(cfg, path)
     if cfg.dry_run:
         saved = None if store.is_done(path) or not cfg.resume else \
-            checkpoint.read(path, identity, p["device"])[0]
+            read_checkpoint(path, p, cfg)[0]
         echo(f"plan {rid}: d_dot {identity['d_dot']}, " + (
             "done" if store.is_done(path) else
             f"to train from its checkpoint at step {saved['step']}" if saved else "to train"))
@@ -195,7 +196,7 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
         return rid, None
     saved = None
     if not store.is_done(path):
-        saved, why = checkpoint.read(path, identity, p["device"]) if cfg.resume else (None, None)
+        saved, why = read_checkpoint(path, p, cfg) if cfg.resume else (None, None)
         line = None
         if why:
             line = f"restart {rid} from step 0: {why}"
@@ -214,6 +215,11 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
         return rid, None
     files.atomic_write_text(where / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     return Member(cfg, p, rid, where, path, checkpoint=saved)
+
+
+def read_checkpoint(path: Path, p: dict, cfg: DictConfig) -> tuple[dict | None, str | None]:
+    """``checkpoint.read`` of the planned run ``p`` at ``path``."""
+    return checkpoint.read(path, p["identity"], p["device"], lambda: build_model(p, cfg.n_keys))
 
 
 def train_claimed(todo: list[Member], echo):
@@ -273,8 +279,18 @@ def _tracker(m: Member, echo) -> tracking.Tracker:
                           echo=echo)
 
 
+def inside(cfg: DictConfig, path: Path) -> None:
+    """UsageError naming the link when the run directory ``path``, or a directory above it in
+    the store, is a symbolic link or leads out of results_dir (``store.guard``)."""
+    try:
+        store.guard(cfg.results_dir, path)
+    except store.StoreError as err:
+        raise UsageError(str(err)) from None
+
+
 def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
     rid, path = locate(cfg, identity)
+    inside(cfg, path)
     if cfg.dry_run:
         echo(f"infeasible {rid}: {reason}")
         return rid, None
@@ -303,6 +319,7 @@ def precheck(argv: list[str]) -> None:
         return
     try:
         cfg = config.compose(args.config_name or "config", args.overrides, args.multirun)
+        config.check_chdir(cfg)
         if not args.multirun:
             if cfg.stall_check and cfg.hydra.mode != RunMode.MULTIRUN:
                 raise UsageError("stall_check=true: a single run has no sweep whose stalled runs "
@@ -314,6 +331,7 @@ def precheck(argv: list[str]) -> None:
                 except InfeasibleError:
                     pass  # the run records it, with its reason
                 config.writable(job.results_dir)
+                inside(job, store.experiment_dir(job.results_dir, job.experiment) / "hydra")
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -335,6 +353,8 @@ def _app(cfg: DictConfig) -> list[str | None]:
     """Entry point; returns the status of each of the job's runs (None when skipped) for the
     sweep's totals."""
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
+    if in_sweep:
+        interrupt.die_with_sweep()
     try:
         outcomes = run(cfg)
     except (UsageError, OSError) as err:  # e.g. a damaged summary, a full disk
@@ -351,7 +371,7 @@ def _app(cfg: DictConfig) -> list[str | None]:
               f"{HydraConfig.get().runtime.output_dir})", file=sys.stderr)
         return ["failed"] * len(members(cfg))
     if in_sweep and not cfg.dry_run:
-        point = [o for o in HydraConfig.get().overrides.task if not o.startswith("pack_members=")]
+        point = [o for o in config.task_overrides() if not o.startswith("pack_members=")]
         for c, (rid, _) in zip(members(cfg), outcomes):
             try:
                 if rid is not None:  # None: a pack member that failed, said above

@@ -13,12 +13,14 @@ With ``stall_check=true``, the sweep's stalled runs are then retrained with a lo
 (``stall_checks.py``), as one more launcher batch.
 
 Before anything is written, every point not known finished is composed and checked
-(``points.py``): a bad value anywhere ends the sweep with one line. SIGTERM or SIGINT stops the
-workers and records the interruption (``kernelzoo.interrupt``). After the launch it prints one
+(``points.py``): a bad value anywhere ends the sweep with one line. SIGTERM, SIGINT or SIGHUP
+stops the workers and records the interruption, and a SIGKILL takes the workers with it
+(``kernelzoo.interrupt``). After the launch it prints one
 line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep.json``
 (points, outcomes, wall seconds, and ``interrupted`` with the signal when it was stopped).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -45,6 +47,17 @@ def machine() -> str:
 
     gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
     return f"{store.cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
+
+
+def batch_size(max_batch_size: int | None, launcher) -> int | None:
+    """Jobs launched at once: ``max_batch_size`` when set; for submitit's local executor, which
+    starts every job it is given at once, as many as the cores hold (cores over
+    ``cpus_per_task``); otherwise all (the launcher keeps its own parallelism)."""
+    if max_batch_size is not None or not str(launcher.get("_target_", "")).endswith(
+            ".LocalLauncher"):
+        return max_batch_size
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, launcher.get("cpus_per_task") or 1))
 
 
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
@@ -112,6 +125,10 @@ class GridSweeper(BasicSweeper):
             points, grid_points = self._points(arguments)
         except HydraException as err:
             fail(config.describe(err, arguments))
+        try:  # nothing is read or written through a link out of the store
+            store.guard_experiment(self.config.results_dir, self.config.experiment)
+        except store.StoreError as err:
+            fail(str(err))
         search = self.config.search.name == "bisect"
         chosen = {"grids": list(self.config.grids)} if self.config.grids is not None else {}
         planned = {"points": len(points), "experiment_points": grid_points, **chosen}
@@ -125,14 +142,19 @@ class GridSweeper(BasicSweeper):
             fail(str(err))
         if self.config.logger.name == "wandb" and not self.config.dry_run:
             tracking.check_server(self.config.results_dir)
+        interrupt.mark_sweep()  # its workers die with it, however it ends
+        leftovers = interrupt.clean_shm()
+        if leftovers:
+            print(f"removed {len(leftovers)} files and folders of {interrupt.SHM} "
+                  "left by killed sweeps' workers")
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         self.outcomes: Counter = Counter({"skipped": len(points) - len(todo)} if not search else {})
         self.first_job = 0
         self.stall_checks: dict | None = None  # stall_check=true: its counts (stall_checks.py)
         rounds = None
         try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
             if search:
                 from .search_rounds import SearchRounds
 
@@ -162,6 +184,14 @@ class GridSweeper(BasicSweeper):
                 f"{wall / 60:.1f} min ({self._totals() or 'nothing finished'}); its workers are "
                 "stopped, runs in flight have no summary and a rerun continues them from their "
                 "checkpoints, if any")) from None
+        except OSError as err:  # a full disk, a read-only store: here, or in a worker (Hydra's
+            interrupt.stop_workers()  # job directories included); the first failure is the line
+            record = {**rounds.record(), **chosen} if rounds else planned
+            with contextlib.suppress(OSError):
+                self._write_record({**record, "failed": files.one_line(err)}, start,
+                                   time.time() - start)
+            print(f"error: {files.one_line(err)}", file=sys.stderr)
+            sys.exit(1)
         wall = time.time() - start
         print(f"sweep {self.config.experiment}: a dry run, nothing trained" if self.config.dry_run
               else f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "
@@ -185,7 +215,8 @@ class GridSweeper(BasicSweeper):
                 step_cost(int(override_value(p, "n_keys", self.config.n_keys))) for p in points))
         returns, self.batch_index = [], 0
         jobs = self.packs(points)
-        self.overrides = list(self.split_overrides_to_chunks(jobs, self.max_batch_size)) if jobs else []
+        batch = batch_size(self.max_batch_size, self.config.hydra.launcher)
+        self.overrides = list(self.split_overrides_to_chunks(jobs, batch)) if jobs else []
         while not self.is_done():
             batch = self.get_job_batch()
             try:
@@ -247,7 +278,17 @@ class GridSweeper(BasicSweeper):
                               int(value("d_key", c.d_key)), replacement)
 
     def _record(self, record: dict, start, wall) -> None:
-        """Append this invocation to sweep.json (a damaged one is kept aside, never lost)."""
+        """Append this invocation to sweep.json (``_write_record``); one line and exit code 1
+        when it cannot be written."""
+        try:
+            self._write_record(record, start, wall)
+        except OSError as err:
+            print(f"error: {files.one_line(err)}", file=sys.stderr)
+            sys.exit(1)
+
+    def _write_record(self, record: dict, start, wall) -> None:
+        """Append this invocation to sweep.json (a damaged one is kept aside, never lost);
+        OSError naming the file when it cannot be written."""
         if self.config.dry_run:
             return
         if self.stall_checks is not None:  # its checks are points of this invocation too
@@ -255,21 +296,17 @@ class GridSweeper(BasicSweeper):
                       "stall_checks": self.stall_checks}
         path = store.sweep_file(store.experiment_dir(self.config.results_dir,
                                                      self.config.experiment))
-        try:
-            with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
-                try:
-                    history = store.read_sweep(path.parent) or {"invocations": []}
-                except store.StoreError as err:
-                    print(store.set_aside(path, err), file=sys.stderr)
-                    history = {"invocations": []}
-                history["invocations"].append({
-                    "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
-                    **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
-                    "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
-                    "machine": machine()})
-                history["wall_seconds"] = round(sum(i["wall_seconds"]
-                                                    for i in history["invocations"]), 1)
-                files.atomic_write_text(path, json.dumps(history, indent=2) + "\n")
-        except OSError as err:
-            print(f"error: {files.one_line(err)}", file=sys.stderr)
-            sys.exit(1)
+        with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
+            try:
+                history = store.read_sweep(path.parent) or {"invocations": []}
+            except store.StoreError as err:
+                print(store.set_aside(path, err), file=sys.stderr)
+                history = {"invocations": []}
+            history["invocations"].append({
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
+                **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
+                "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
+                "machine": machine()})
+            history["wall_seconds"] = round(sum(i["wall_seconds"]
+                                                for i in history["invocations"]), 1)
+            files.atomic_write_text(path, json.dumps(history, indent=2) + "\n")
