@@ -14,7 +14,7 @@ import subprocess
 import pytest
 from conftest import DONE, REPO, run_cmd
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800),  # its make sweep may take 1500 s
               pytest.mark.skipif(shutil.which("make") is None or shutil.which("git") is None,
                                  reason="needs make and git")]
 

@@ -233,10 +233,10 @@ def test_a_configuration_trained_under_two_settings_gets_a_failure_point_each(tm
     _trained_twice(tmp_path / "two")
     runs, lines = sort_out(load_runs(tmp_path / "two")[0], "two")
     seeds = seed_table(runs, 0.01, 0.99)
-    table = prediction.add_columns(capacity_table(runs, seeds), runs, seeds)  # a TypeError before
+    table = prediction.add_columns(capacity_table(runs, seeds), runs)  # a TypeError before
     assert dict(zip(table["label"], table["first_failure"])) == {
         "ELU+1 trainer.max_steps=500": 30, "ELU+1 trainer.max_steps=2000": 40}
-    assert list(table["effective_rank_at_failure"]) == [5.0, 5.0] and len(lines) == 1
+    assert len(table) == 2 and len(lines) == 1
 
 
 @pytest.mark.slow  # a whole analysis, figures included: ~5-13 s

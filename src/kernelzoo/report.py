@@ -1,15 +1,15 @@
 """``report.md`` of one experiment, written from the tables that ``analyze`` builds.
 
 Sections: what was run (runs, steps, wall time, machine, sweep invocations), the failure-point
-rule, the capacity table (each failure point with its honest bracket or interval and, for the
-authors' own configurations, the failure point of their published losses), the comparison with
-the paper, capacity efficiency, the update rules compared (``update_rules.py``, where the
-experiment has several), the learning rates compared (``learning_rate.py``), capacity against
-d_dot per family (``scaling.py``: n* = a d_dot^b with bootstrap intervals, where some family is
-fitted), the feature rank during training, the refined prediction (effective rank at the
-failure point against d_dot), the stalls, the search's probes (for ``search=bisect``: which
-n_keys were trained and why), what is missing or was treated as noise or set aside, and the
-figures (PNG embedded, SVG linked, one caption each).
+rule, the capacity table in three views (loss, accuracy, keys retrieved: each with its bracket or
+interval over seeds; the rank bound; for the authors' own configurations the failure point of
+their published losses), the comparison with the paper (loss view), capacity efficiency per view
+and how far the views' rankings agree, the update rules compared (``update_rules.py``), the
+learning rates compared (``learning_rate.py``), capacity against d_dot per family and view
+(``scaling.py``), the rank bound, the feature rank during training, the prediction from the
+n_keys = d_dot probe (``prediction.py``), the stalls and their checks, the search's probes (for
+``search=bisect``: which n_keys were trained and why), what is missing or was treated as noise
+or set aside, and the figures (PNG embedded, SVG linked, one caption each).
 """
 
 from __future__ import annotations
