@@ -225,9 +225,12 @@ def add_stall_columns(table: pd.DataFrame, runs: pd.DataFrame, checks: pd.DataFr
     """Per configuration: its stalled runs, how many have a check and how many the checks
     cleared (loss view), and the loss and accuracy failure points with only the verified
     stalls set aside (``stalls.with_checks``)."""
-    verified_runs = stalls.with_checks(runs, checks)
-    verified = capacity_table(verified_runs, seed_table(verified_runs, cfg.threshold,
-                                                        cfg.accuracy_threshold)).set_index("label")
+    if checks.empty:  # nothing verified: the same table
+        verified = table.set_index("label")
+    else:
+        verified_runs = stalls.with_checks(runs, checks)
+        verified = capacity_table(verified_runs, seed_table(
+            verified_runs, cfg.threshold, cfg.accuracy_threshold)).set_index("label")
     at = table.columns.get_loc("label")
     by_label = checked.groupby("label")
     columns = {

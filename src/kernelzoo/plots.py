@@ -118,10 +118,10 @@ def _draw_floors(ax, runs: pd.DataFrame, capacity: pd.DataFrame, colors: dict) -
     drawn = False
     for r in capacity[capacity["rank_bound"].notna()].itertuples():
         first = runs[runs["label"] == r.label].iloc[0]
-        rank = rank_bound.rank(int(r.d_dot), r.update_rule)
-        n = np.arange(rank, int(runs.loc[runs["label"] == r.label, "n_keys"].max()) + 1)
-        floor = np.array([rank_bound.loss_floor(k, rank, first["eval_max_queries"],
-                                                first["eval_query_batch"]) for k in n])
+        n = np.arange(int(r.d_dot), int(runs.loc[runs["label"] == r.label, "n_keys"].max()) + 1)
+        floor = np.array([rank_bound.floor_of(k, int(r.d_dot), r.update_rule,
+                                              first["eval_max_queries"], first["eval_query_batch"])
+                          for k in n])
         if (floor > 0).any():
             ax.plot(n[floor > 0], floor[floor > 0], ls="-.", lw=0.9, color=colors[r.label],
                     gid="rank-floor")

@@ -76,6 +76,13 @@ def largest_keys(r: int, threshold: float, max_queries: int = 200,
                if loss_floor(n, r, max_queries, query_batch) <= threshold)
 
 
+def floor_of(n_keys: int, d_dot, update_rule: str, max_queries: int = 200,
+             query_batch: int | None = 32) -> float:
+    """``loss_floor`` of one run of the capacity task; NaN where no rank applies."""
+    r = rank(d_dot, update_rule)
+    return math.nan if r is None else loss_floor(n_keys, r, max_queries, query_batch)
+
+
 def bound_of(d_dot, update_rule: str, replacement: bool, threshold: float,
              max_queries: int = 200, query_batch: int | None = 32) -> int | None:
     """The loss view's largest n_keys for one configuration, or None where no bound holds."""

@@ -180,23 +180,29 @@ def efficiency_table(capacity: pd.DataFrame) -> list[str]:
                      f"{'>=' if outcome == 'never_fails' else '<='} {ratio:.2f}")
             cells.append(f"{ranks[v][r.label]}: {value}")
         lines.append(f"| {r.label} | {r.predicted_capacity} | " + " | ".join(cells) + " |")
-    lines += ["", *view_agreement(capacity, orders)]
+    lines += ["", *view_agreement(capacity)]
     return lines + [""]
 
 
-def view_agreement(capacity: pd.DataFrame, orders: dict) -> list[str]:
-    """Spearman's rho between each pair of views' efficiency orders (over the configurations
-    ranked in both), and the configurations whose loss view fails well before their accuracy
-    view (dilution: the loss crosses tau while the keys are still answered right)."""
-    lines = []
+def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:
+    """(view, other view, Spearman's rho of their failure point / d_dot, configurations) for
+    each pair of views over the configurations with a bounded d_dot ranked in both (3 or more)."""
+    rows, found = capacity[capacity["predicted_capacity"].notna()], []
     for i, v in enumerate(VIEWS):
         for w in VIEWS[i + 1:]:
-            both = orders[v][["label", f"ratio{SUFFIX[v]}"]].merge(
-                orders[w][["label", f"ratio{SUFFIX[w]}"]], on="label")
+            both = rows[[f"ratio{SUFFIX[v]}", f"ratio{SUFFIX[w]}"]].dropna()
             if len(both) >= 3:
-                rho = stats.spearmanr(both.iloc[:, 1], both.iloc[:, 2]).statistic
-                lines.append(f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = "
-                             f"{rho:.2f} over {len(both)} configurations.")
+                found.append((v, w, stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic,
+                              len(both)))
+    return found
+
+
+def view_agreement(capacity: pd.DataFrame) -> list[str]:
+    """Spearman's rho between each pair of views' efficiency orders (``view_rhos``), and the
+    configurations whose loss view fails well before their accuracy view (dilution: the loss
+    crosses tau while the keys are still answered right)."""
+    lines = [f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = {rho:.2f} over {n} "
+             "configurations." for v, w, rho, n in view_rhos(capacity)]
     diluted = capacity[(capacity["outcome"] == "fails_at")
                        & (capacity["observed_capacity_acc"] > DILUTED * capacity["observed_capacity"])]
     if len(diluted):
@@ -348,10 +354,11 @@ def rank_bound_section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     lines = ["## The rank bound (loss view)", "", rank_bound.DERIVATION, "",
              "Bounds here: " + "; ".join(f"{r.label} {r.rank_bound}"
                                          for r in bounded.itertuples()) + "."]
-    floors = runs.dropna(subset=["rank_bound"]).apply(
-        lambda r: rank_bound.loss_floor(r.n_keys, rank_bound.rank(int(r.d_dot), r.update_rule),
-                                        r.eval_max_queries, r.eval_query_batch), axis=1) \
-        if runs["rank_bound"].notna().any() else pd.Series(dtype=float)
+    bounded_runs = runs[runs["rank_bound"].notna()]
+    floors = pd.Series([rank_bound.floor_of(r.n_keys, r.d_dot, r.update_rule, r.eval_max_queries,
+                                            r.eval_query_batch)
+                        for r in bounded_runs.itertuples()], index=bounded_runs.index,
+                       dtype=float)
     if len(floors):
         losses = runs.loc[floors.index, "final_eval_loss"]
         at = floors[(floors > 0) & (losses <= floors * 1.01)]

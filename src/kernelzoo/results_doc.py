@@ -23,12 +23,10 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
-
 from kernelzoo import prediction, scaling
-from kernelzoo.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.capacity import VIEW_WORDS, VIEWS
 from kernelzoo.files import atomic_write_text
-from kernelzoo.report import observed, published
+from kernelzoo.report import observed, published, view_rhos
 from kernelzoo.style import bound, cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +45,8 @@ def _header(experiment: str, root: Path) -> str:
 
 
 def cost(store: Path) -> str:
-    """"240 runs, 1,234,500 training steps, 80.3 h of run time; sweep wall clock 80.3 min over
-    1 invocation on AMD EPYC, 2 cores"."""
+    """"<runs> runs, <steps> training steps, <time> of run time; sweep wall clock <minutes> min
+    over <n> invocations on <machines>", from the store's runs.parquet and sweep.json."""
     runs = pd.read_parquet(store / "runs.parquet")
     if "stall_check_of" in runs:
         runs = runs[runs["stall_check_of"].isna()]
@@ -79,15 +77,8 @@ def capacity_lines(table: pd.DataFrame) -> list[str]:
 
 
 def agreement(table: pd.DataFrame) -> str:
-    """Spearman's rho between the views' efficiency orders, where 3+ configurations rank."""
-    rows = table[table["predicted_capacity"].notna()]
-    parts = []
-    for i, v in enumerate(VIEWS):
-        for w in VIEWS[i + 1:]:
-            both = rows[[f"ratio{SUFFIX[v]}", f"ratio{SUFFIX[w]}"]].dropna()
-            if len(both) >= 3:
-                rho = stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic
-                parts.append(f"{VIEW_WORDS[v]} / {VIEW_WORDS[w]} {rho:.2f}")
+    """Spearman's rho between the views' efficiency orders (``report.view_rhos``)."""
+    parts = [f"{VIEW_WORDS[v]} / {VIEW_WORDS[w]} {rho:.2f}" for v, w, rho, _ in view_rhos(table)]
     return ("Rank agreement of failure point / d_dot between views (Spearman rho): "
             + "; ".join(parts) + ".") if parts else ""
 
