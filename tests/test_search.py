@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from kernelzoo.analyze import loss_failure
-from kernelzoo.capacity import accuracy_failing
+from kernelzoo.capacity import accuracy_failing, failing
 from kernelzoo.search import (Observation, Peak, Probe, SearchConf, Spec, Verdict,
-                              default_resolution, failing, make_spec, next_probes, search_views)
+                              default_resolution, make_spec, next_probes, search_views)
 
 
 def run_search(spec: Spec, fails, max_rounds: int = 60, loss=None):

@@ -39,7 +39,6 @@ import numpy as np
 import pandas as pd
 
 from kernelzoo.intervals import median_interval
-from kernelzoo.search import LOSS_FLOOR, candidate, failing
 from kernelzoo.style import natural_key
 
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule", "lr")
@@ -57,6 +56,23 @@ EXTRA_COLUMNS = ("ci_level", "rank_bound",
                  "outcome_keys", "label")
 OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
 RULE = __doc__.partition("---\n")[2].strip()
+
+
+LOSS_FLOOR = 1e-12  # losses are floored here before their log is taken
+
+
+def failing(loss, diverged, threshold: float):
+    """The loss view for points: fails when the run diverged or its final eval loss is missing
+    (NaN) or above tau. Elementwise on arrays; a numpy bool for one point."""
+    return np.asarray(diverged, bool) | ~(np.asarray(loss, float) <= threshold)
+
+
+def candidate(fails: list[bool]) -> int | None:
+    """Index of the first failing point whose next point fails too (or that is the last)."""
+    for i, fails_here in enumerate(fails):
+        if fails_here and (i == len(fails) - 1 or fails[i + 1]):
+            return i
+    return None
 
 
 def value_column(view: str) -> str:
@@ -122,9 +138,10 @@ def accuracy_failure(n, accuracy, diverged, threshold: float) -> SeedResult:
 
 
 def keys_retrieved(n, accuracy, diverged) -> np.ndarray:
-    """n_keys x accuracy per point; 0 where the run diverged or has no accuracy."""
+    """n_keys x accuracy per point, rounded to 1e-6 keys (a flat count, accuracy = c / n, stays
+    flat rather than float noise: 16/18 x 18 is 16); 0 where the run diverged or has none."""
     k = np.asarray(n, float) * np.asarray(accuracy, float)
-    return np.where(np.asarray(diverged, bool) | ~np.isfinite(k), 0.0, k)
+    return np.where(np.asarray(diverged, bool) | ~np.isfinite(k), 0.0, np.round(k, 6))
 
 
 def keys_failure(n, accuracy, diverged) -> SeedResult:

@@ -7,7 +7,7 @@ the n_keys to train next, each with why, and the verdict of each *view* of capac
 far; once every view is located it asks for nothing. The views are the analysis':
 
 - **loss**: a point fails when its run diverged or its final eval loss is missing or above tau
-  (``failing``); the failure point is located by the rule below (``next_probes``);
+  (``capacity.failing``); the failure point is located by the rule below (``next_probes``);
 - **accuracy**: a point fails when diverged or its final eval accuracy is missing or below
   ``accuracy_threshold`` (the analysis' ``capacity.accuracy_failing``); same rule;
 - **keys retrieved**: K(n) = n x final eval accuracy (0 when diverged or missing), its value the
@@ -56,8 +56,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
+from .capacity import (LOSS_FLOOR, VIEW_WORDS, VIEWS, accuracy_failing, candidate, failing,
+                       keys_retrieved)
 from .config import SearchConf
 
 
@@ -123,23 +123,6 @@ def make_spec(conf: SearchConf, d_dot: float | None, d_key: int, grid_keys: list
                 resolution=float(resolution), multiples=tuple(sorted(conf.multiples)),
                 start=conf.start, threshold=conf.threshold,
                 accuracy_threshold=conf.accuracy_threshold)
-
-
-LOSS_FLOOR = 1e-12  # losses are floored here before their log is taken (as in the analysis)
-
-
-def failing(loss, diverged, threshold: float):
-    """The analysis' rule for a point: it fails when its run diverged or its final eval loss is
-    missing (NaN) or above tau. Elementwise on arrays; a numpy bool for one point."""
-    return np.asarray(diverged, bool) | ~(np.asarray(loss, float) <= threshold)
-
-
-def candidate(fails: list[bool]) -> int | None:
-    """Index of the first failing probe whose next probe fails too (or that is the last)."""
-    for i, failing in enumerate(fails):
-        if failing and (i == len(fails) - 1 or fails[i + 1]):
-            return i
-    return None
 
 
 @dataclass(frozen=True)
@@ -237,18 +220,6 @@ def _new(probe: Probe, observed: dict[int, bool]) -> list[Probe]:
     return [probe]
 
 
-VIEWS = ("loss", "accuracy", "keys_retrieved")  # the analysis' views of capacity
-VIEW_NAMES = {"loss": "loss", "accuracy": "accuracy", "keys_retrieved": "keys retrieved"}
-
-
-def accuracy_fails(accuracy, diverged, threshold: float):
-    """The analysis' accuracy criterion (``capacity.accuracy_failing``): fails when diverged,
-    or the final eval accuracy is missing (NaN) or below the threshold."""
-    from .capacity import accuracy_failing  # capacity imports this module
-
-    return accuracy_failing(accuracy, diverged, threshold)
-
-
 def _number(value) -> float:
     return math.nan if value is None else float(value)
 
@@ -266,15 +237,11 @@ class Observation:
         return bool(failing(_number(self.loss), self.diverged, threshold))
 
     def accuracy_fails(self, threshold: float) -> bool:
-        return bool(accuracy_fails(_number(self.accuracy), self.diverged, threshold))
+        return bool(accuracy_failing(_number(self.accuracy), self.diverged, threshold))
 
     def keys_retrieved(self, n_keys: int) -> float:
-        """K = n_keys x accuracy, 0 when diverged or missing; rounded to 1e-6 keys, so that a
-        flat K (accuracy = c / n) is flat, not float noise."""
-        accuracy = _number(self.accuracy)
-        if self.diverged or not math.isfinite(accuracy):
-            return 0.0
-        return round(n_keys * accuracy, 6)
+        """The analysis' keys retrieved at this probe (``capacity.keys_retrieved``)."""
+        return float(keys_retrieved(n_keys, _number(self.accuracy), self.diverged))
 
 
 @dataclass(frozen=True)
@@ -329,7 +296,7 @@ def search_views(spec: Spec, observations: dict[int, Observation]) -> Views:
             continue
         verdicts[view] = None
         for p in nxt:
-            wanted.setdefault(p.n_keys, {}).setdefault(p.why, []).append(VIEW_NAMES[view])
+            wanted.setdefault(p.n_keys, {}).setdefault(p.why, []).append(VIEW_WORDS[view])
     probes = tuple(Probe(n, "; ".join(f"{', '.join(names)}: {why}"
                                       for why, names in wanted[n].items()))
                    for n in sorted(wanted))

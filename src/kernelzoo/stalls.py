@@ -30,9 +30,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from kernelzoo.capacity import accuracy_failing
+from kernelzoo.capacity import accuracy_failing, failing
 from kernelzoo.files import StoreError, one_line, read_text
-from kernelzoo.search import failing
 from kernelzoo.store import read_config_value
 from kernelzoo.style import natural_key
 
