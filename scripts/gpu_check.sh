@@ -66,10 +66,10 @@ timeout -k 10 "$TESTS_TIMEOUT" "$PY" - <<'EOF' || STATUS=1
 """Fast path on cuda == reference on cuda == fast path on the CPU (outputs and gradients)."""
 import os
 import torch
-from kernelzoo.catalog import build_feature_map
-from kernelzoo.model import RetrievalModel, retrieval_loss
-from kernelzoo.reference import reference_forward
-from kernelzoo.task import RetrievalTask
+from kernelzoo.maps.catalog import build_feature_map
+from kernelzoo.core.model import RetrievalModel, retrieval_loss
+from kernelzoo.core.reference import reference_forward
+from kernelzoo.core.task import RetrievalTask
 
 MAPS = [("softmax", {}), ("elu", {}), ("dpfp", {"nu": 1}), ("dpfp", {"nu": 3}),
         ("favor", {"m": 64, "variant": "hyperbolic"}), ("favor", {"m": 512, "variant": "hyperbolic"})]

@@ -245,7 +245,7 @@ def run_ids(results: Path, experiment: str) -> list[str]:
 
 def read_all(results: Path, experiment: str) -> dict:
     """run_id -> summary for every run directory; fails if one lacks a valid summary."""
-    from kernelzoo import store
+    from kernelzoo.records import store
 
     out = {}
     for rid in run_ids(results, experiment):

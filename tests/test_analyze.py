@@ -16,10 +16,12 @@ import pytest
 from omegaconf import OmegaConf
 from synthetic import write_run, write_series
 
-from kernelzoo import analyze, stalls, tracking
-from kernelzoo.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
+from kernelzoo import analyze
+from kernelzoo.analysis import stalls
+from kernelzoo.records import tracking
+from kernelzoo.analysis.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
                                 loss_failure, seed_table)
-from kernelzoo.report import sweep_lines
+from kernelzoo.analysis.report import sweep_lines
 
 SRC = Path(analyze.__file__).resolve().parents[1]
 GRID = [20, 40, 60, 80, 100, 120]
@@ -472,7 +474,7 @@ def test_a_configuration_that_is_only_infeasible_keeps_a_plain_label(tmp_path):
 def test_labels_sort_by_their_numbers_whatever_order_they_come_in(order):
     """Numbers compare as numbers, decimals included, and equal numbers by their text: the
     report's tables and colours must not depend on the (hash-seeded) order of a set."""
-    from kernelzoo.style import natural
+    from kernelzoo.analysis.style import natural
 
     labels = ["lr=0.003", "lr=0.10", "FAVOR+ m=128", "lr=0.0003", "lr=0.1", "FAVOR+ m=64",
               "lr=0.001"]

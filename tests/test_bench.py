@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from kernelzoo import bench, bench_pack, bench_report
+from kernelzoo.bench import pack as bench_pack, report as bench_report, throughput as bench
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -135,10 +135,10 @@ def test_case_lists():
 # against their plain definitions (float64: to rounding; the model-level equivalence with the
 # reference is tests/test_model.py's)
 
-from kernelzoo import catalog  # noqa: E402
-from kernelzoo import feature_maps as fm  # noqa: E402
-from kernelzoo import memory  # noqa: E402
-from kernelzoo import random_features  # noqa: E402
+from kernelzoo.maps import catalog  # noqa: E402
+from kernelzoo.maps import base as fm  # noqa: E402
+from kernelzoo.core import memory  # noqa: E402
+from kernelzoo.maps import random_features  # noqa: E402
 
 
 def _value_and_grads(fn, *inputs):

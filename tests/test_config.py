@@ -144,7 +144,7 @@ def test_a_results_dir_that_cannot_be_created_is_refused(capsys, tmp_path):
 
 def test_the_estimate_leaves_the_published_sweeps_alone():
     """figure2's largest points (S = 600, FAVOR+ m = 512) are far below a laptop's memory."""
-    from kernelzoo.model import footprint
+    from kernelzoo.core.model import footprint
 
     for d_dot, rule in ((1024, "sum"), (384, "sum"), (128, "delta")):
         need = footprint(600, 64, d_dot, rule, 32, 600, 20, 200, 600, 4)

@@ -1,4 +1,4 @@
-"""Capacity diagnostics (kernelzoo.diagnostics) on constructed models whose answers are known."""
+"""Capacity diagnostics (kernelzoo.core.diagnostics) on constructed models whose answers are known."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pytest
 import torch
 from conftest import train
 
-from kernelzoo import store
-from kernelzoo.diagnostics import (SPREAD_MIN, VANISH_RATIO, dead_keys, divergence,
+from kernelzoo.records import store
+from kernelzoo.core.diagnostics import (SPREAD_MIN, VANISH_RATIO, dead_keys, divergence,
                                    feature_ranks, measure, read_margins, written_features)
-from kernelzoo.catalog import build_feature_map
-from kernelzoo.model import RetrievalModel
-from kernelzoo.task import RetrievalTask
+from kernelzoo.maps.catalog import build_feature_map
+from kernelzoo.core.model import RetrievalModel
+from kernelzoo.core.task import RetrievalTask
 
 S = 4
 
@@ -159,7 +159,7 @@ def test_softmax_has_no_feature_rank():
 def test_reports_note_configurations_whose_feature_rank_moved():
     import pandas as pd
 
-    from kernelzoo.report import rank_changes
+    from kernelzoo.analysis.report import rank_changes
 
     runs = pd.DataFrame({"label": ["ReBased", "ReBased", "ELU+1"], "d_dot": [65, 65, 64],
                          "phi_effective_rank_initial": [40.0, 42.0, 50.0],

@@ -1,4 +1,4 @@
-"""Tests for the built-in maps (kernelzoo.feature_maps, dpfp and random_features): golden numbers
+"""Tests for the built-in maps (kernelzoo.maps.base, dpfp and random_features): golden numbers
 from the reference document (§), then statistical and structural properties. Statistical tests
 are float64 with fixed seeds."""
 
@@ -10,10 +10,10 @@ import sys
 import pytest
 import torch
 
-from kernelzoo.catalog import FEATURE_MAPS, ConfigError, InfeasibleError, build_feature_map, resolve_params
-from kernelzoo.feature_maps import FeatureMap
-from kernelzoo.random_features import gram_schmidt, orthogonal_projection
-from kernelzoo.zoo import _max_sketch
+from kernelzoo.maps.catalog import FEATURE_MAPS, ConfigError, InfeasibleError, build_feature_map, resolve_params
+from kernelzoo.maps.base import FeatureMap
+from kernelzoo.maps.random_features import gram_schmidt, orthogonal_projection
+from kernelzoo.maps.zoo import _max_sketch
 
 # The running example (introduction): rows are q_1..q_4, k_1..k_4, v_1..v_4.
 Q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0]])
@@ -261,10 +261,10 @@ def test_the_maps_import_the_base_and_the_base_imports_no_map():
     """feature_maps (base class, helpers, registry) is imported by the maps and by the catalog,
     and imports none of them: alone it registers nothing; the catalog registers the built-ins
     in the order of the "valid:" lists."""
-    code = ("import sys, kernelzoo.feature_maps as f; "
+    code = ("import sys, kernelzoo.maps.base as f; "
             "print(sorted(m for m in sys.modules if m.startswith('kernelzoo')), len(f.FEATURE_MAPS))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["['kernelzoo',", "'kernelzoo.feature_maps']", "0"]
+    assert out.stdout.split() == ["['kernelzoo',", "'kernelzoo.maps',", "'kernelzoo.maps.base']", "0"]
     assert list(FEATURE_MAPS)[:9] == ["softmax", "identity", "relu", "elu", "tanh", "dpfp", "favor",
                                       "trig", "taylor"]
 

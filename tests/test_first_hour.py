@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import PYTHON, REPO, run_cmd, slow_but, smoke_args, train
 
-from kernelzoo import progress
+from kernelzoo.records import progress
 
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY, runs_dir, snapshot
 
-from kernelzoo import store
+from kernelzoo.records import store
 from kernelzoo import train as train_module
 from kernelzoo.config import UsageError
 
@@ -139,7 +139,7 @@ def _stopped_copy(stopped: Path, tmp_path: Path) -> tuple[str, Path]:
 def _rewrite_checkpoint(path: Path, change) -> None:
     import torch
 
-    from kernelzoo import checkpoint
+    from kernelzoo.training import checkpoint
 
     state = torch.load(path / checkpoint.NAME, weights_only=True)
     change(state)
@@ -226,9 +226,9 @@ def _trained_twice(exp: Path) -> None:
 
 
 def test_a_configuration_trained_under_two_settings_gets_a_failure_point_each(tmp_path):
-    from kernelzoo import prediction
+    from kernelzoo.analysis import prediction
     from kernelzoo.analyze import load_runs, sort_out
-    from kernelzoo.capacity import capacity_table, seed_table
+    from kernelzoo.analysis.capacity import capacity_table, seed_table
 
     _trained_twice(tmp_path / "two")
     runs, lines = sort_out(load_runs(tmp_path / "two")[0], "two")
@@ -295,16 +295,16 @@ def test_a_worker_dies_with_its_sweep_killed_outright(cli_env, depth):
     import sys
     import time
 
-    from kernelzoo import interrupt
+    from kernelzoo.records import interrupt
 
-    worker = ("import os, time; from kernelzoo import interrupt; interrupt.die_with_sweep(); "
+    worker = ("import os, time; from kernelzoo.records import interrupt; interrupt.die_with_sweep(); "
               "print(os.getpid(), flush=True); time.sleep(60)")
     start = f"subprocess.Popen([sys.executable, '-c', {worker!r}])"
     for _ in range(depth - 1):  # a controller between: it prints its pid, then starts the next
         controller = ("import os, subprocess, sys, time; print(os.getpid(), flush=True); "
                       f"{start}; time.sleep(60)")
         start = f"subprocess.Popen([sys.executable, '-c', {controller!r}])"
-    sweep = ("import subprocess, sys, time; from kernelzoo import interrupt; "
+    sweep = ("import subprocess, sys, time; from kernelzoo.records import interrupt; "
              f"interrupt.mark_sweep(); {start}; time.sleep(60)")
     main = subprocess.Popen([sys.executable, "-c", sweep], env=cli_env, stdout=subprocess.PIPE,
                             text=True)
@@ -322,7 +322,7 @@ def test_a_worker_dies_with_its_sweep_killed_outright(cli_env, depth):
 
 
 def test_the_next_sweep_cleans_what_a_killed_one_left_in_shm(tmp_path):
-    from kernelzoo import interrupt
+    from kernelzoo.records import interrupt
 
     dead = 2 ** 22 + 1  # above any pid_max: no such process
     gone = [tmp_path / f"joblib_memmapping_folder_{dead}_ab12_cd34", tmp_path / f"sem.loky-{dead}-x1y2"]
@@ -358,7 +358,7 @@ def test_sigkill_of_a_joblib_sweep_takes_its_workers_and_the_rerun_cleans_shm(
     from conftest import train as cli_train
     from test_signals import SWEEP, in_flight
 
-    from kernelzoo import interrupt
+    from kernelzoo.records import interrupt
 
     results = tmp_path / "results"
     args = [*SWEEP, "trainer.max_steps=20000", f"results_dir={results}", "launcher=local",
@@ -461,7 +461,7 @@ def test_an_index_entry_naming_another_run_is_named_not_followed(tmp_path):
 def test_a_plugin_failing_at_import_disables_only_itself(tmp_path, monkeypatch):
     from test_own_map import MODULE
 
-    from kernelzoo import catalog, feature_maps
+    from kernelzoo.maps import base as feature_maps, catalog
 
     site = tmp_path / "site"
     for name, code in (("mymaps", MODULE), ("badmaps", "raise ImportError('no torch_extra')\n"),
@@ -472,7 +472,7 @@ def test_a_plugin_failing_at_import_disables_only_itself(tmp_path, monkeypatch):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: three\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[kernelzoo.feature_maps]\nbad = badmaps\nexiting = exitmaps\ncube = mymaps\n")
+        "[kernelzoo.maps.base]\nbad = badmaps\nexiting = exitmaps\ncube = mymaps\n")
     monkeypatch.syspath_prepend(str(site))
     saved = dict(feature_maps.FEATURE_MAPS)
     monkeypatch.setattr(catalog, "PLUGIN_FAILURES", {})

@@ -1,4 +1,4 @@
-"""Intervals (kernelzoo.intervals): the order-statistic median interval and the level-aware
+"""Intervals (kernelzoo.analysis.intervals): the order-statistic median interval and the level-aware
 d_dot law, their coverage checked by simulation with known truth, including deviations of the
 d_dot levels from the law and stall-like outliers."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from kernelzoo import intervals
+from kernelzoo.analysis import intervals
 
 
 @pytest.mark.parametrize("n, level", [(3, 0.75), (4, 0.875), (5, 0.9375), (7, 1 - 2 / 128)])

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from kernelzoo import learning_rate
+from kernelzoo.analysis import learning_rate
 
 
 def capacity(rows):

@@ -1,4 +1,4 @@
-"""Tests for kernelzoo.memory: the worked examples, the fast paths against the literal recurrence
+"""Tests for kernelzoo.core.memory: the worked examples, the fast paths against the literal recurrence
 (``read_reference``), fwm, delta-rule properties and the softmax baseline.
 
 ``KERNELZOO_TEST_DEVICE=cuda`` runs the fast-path-against-reference test on that device
@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelzoo import fwm, memory
-from kernelzoo.memory import NORMALISATIONS, read, read_reference, softmax_read
+from kernelzoo.core import fwm, memory
+from kernelzoo.core.memory import NORMALISATIONS, read, read_reference, softmax_read
 
 DEVICE = torch.device(os.environ.get("KERNELZOO_TEST_DEVICE", "cpu"))
 RULES_FAST = ("sum", "delta")

@@ -1,4 +1,4 @@
-"""Tests for kernelzoo.model (fast path) against kernelzoo.reference (the literal transcription of
+"""Tests for kernelzoo.core.model (fast path) against kernelzoo.core.reference (the literal transcription of
 task-spec "Model", the test oracle), the spec's initialisation, the loss, and the one-pass
 evaluation of kernelzoo.train.evaluate. Small sizes, one thread: the module runs in seconds.
 
@@ -14,13 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelzoo import random_features
-from kernelzoo.catalog import build_feature_map
-from kernelzoo.model import RetrievalModel, retrieval_loss
-from kernelzoo.reference import reference_eval_forward, reference_forward
-from kernelzoo.task import RetrievalTask
+from kernelzoo.maps import random_features
+from kernelzoo.maps.catalog import build_feature_map
+from kernelzoo.core.model import RetrievalModel, retrieval_loss
+from kernelzoo.core.reference import reference_eval_forward, reference_forward
+from kernelzoo.core.task import RetrievalTask
 from kernelzoo.config import TrainerConf
-from kernelzoo.runner import evaluate
+from kernelzoo.training.runner import evaluate
 
 torch.set_num_threads(1)
 

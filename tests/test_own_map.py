@@ -1,5 +1,5 @@
 """Bring your own map: a feature map defined in the user's own package (registered through the
-``kernelzoo.feature_maps`` entry point, as ``pip install`` of that package would) and its YAML in
+``kernelzoo.maps.base`` entry point, as ``pip install`` of that package would) and its YAML in
 the user's own config directory (``hydra.searchpath``), swept without touching kernelzoo."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from conftest import PYTHON
 
 MODULE = '''
 import torch
-from kernelzoo.feature_maps import FeatureMap, register
+from kernelzoo.maps.base import FeatureMap, register
 
 
 @register
@@ -37,7 +37,7 @@ def make_user_package(root):
     info = site / "mymaps-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mymaps\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[kernelzoo.feature_maps]\ncube = mymaps\n")
+    (info / "entry_points.txt").write_text("[kernelzoo.maps.base]\ncube = mymaps\n")
     conf = root / "myconf" / "feature_map"
     conf.mkdir(parents=True)
     (conf / "cube.yaml").write_text("# my own map\nname: cube\ngain: 2.0\n")

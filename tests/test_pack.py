@@ -8,11 +8,12 @@ import torch
 from conftest import PYTHON, base_env, run_cmd, slow_but, smoke_args, sweep
 from hydra import compose, initialize_config_dir
 
-from kernelzoo import pack, store
-from kernelzoo.catalog import build_feature_map
+from kernelzoo.records import store
+from kernelzoo.training import pack
+from kernelzoo.maps.catalog import build_feature_map
 from kernelzoo.config import CONF
-from kernelzoo.model import RetrievalModel, retrieval_loss
-from kernelzoo.task import RetrievalTask
+from kernelzoo.core.model import RetrievalModel, retrieval_loss
+from kernelzoo.core.task import RetrievalTask
 from kernelzoo.train import run
 
 TINY = ["d_key=8", "logger=none", "trainer.max_steps=300", "trainer.eval_every=50",

@@ -12,15 +12,16 @@ import pytest
 from matplotlib.figure import Figure
 from synthetic import analyze_store, write_run, write_series
 
-from kernelzoo import analyze, heatmaps, plots, published, style
-from kernelzoo.capacity import capacity_table, seed_table
-from kernelzoo.report import markdown_table
+from kernelzoo import analyze
+from kernelzoo.analysis import heatmaps, plots, published, style
+from kernelzoo.analysis.capacity import capacity_table, seed_table
+from kernelzoo.analysis.report import markdown_table
 
 TAU = 0.01
 GRID = [20, 40, 60, 80, 100, 120, 140]
 AUTHORS_FAVOR = {"variant": "hyperbolic", "orthogonal": True, "redraw": "every_call",
                  "input_scale": 1.0, "stabilize": False, "seed": None}
-SHIPPED = Path(published.__file__).parent / "data" / "published_figure2.csv"
+SHIPPED = Path(published.__file__).parents[1] / "data" / "published_figure2.csv"
 
 
 def published_failure(name: str) -> float:

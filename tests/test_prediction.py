@@ -1,4 +1,4 @@
-"""The prediction made before the answer (kernelzoo.prediction): the diagnostics at the
+"""The prediction made before the answer (kernelzoo.analysis.prediction): the diagnostics at the
 n_keys = d_dot probe, the leave-one-map-out fit and the scores per view."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from synthetic import analyze_store, write_run
 
-from kernelzoo import analyze, prediction
-from kernelzoo.capacity import VIEWS
+from kernelzoo import analyze
+from kernelzoo.analysis import prediction
+from kernelzoo.analysis.capacity import VIEWS
 
 TAU = 0.01
 

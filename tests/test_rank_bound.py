@@ -1,4 +1,4 @@
-"""The rank bound (kernelzoo.rank_bound): the loss floor of a rank-r read-out under the authors'
+"""The rank bound (kernelzoo.analysis.rank_bound): the loss floor of a rank-r read-out under the authors'
 batch-mean weighting, worked by hand, against brute force, and against every committed run."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernelzoo import rank_bound
+from kernelzoo.analysis import rank_bound
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 

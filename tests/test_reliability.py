@@ -26,10 +26,11 @@ from conftest import (DONE, INFEASIBLE, PYTHON, REPO, SMOKE_INFEASIBLE, SMOKE_PO
                       snapshot, sweep, train)
 from hydra import compose, initialize_config_dir
 
-from kernelzoo import config, store
+from kernelzoo import config
+from kernelzoo.records import store
 from kernelzoo import train as train_module
-from kernelzoo.model import RetrievalModel
-from kernelzoo.pack import Pack
+from kernelzoo.core.model import RetrievalModel
+from kernelzoo.training.pack import Pack
 
 ANALYZE_MISSING = not (REPO / "src" / "kernelzoo" / "analyze.py").is_file()
 SUITE_MAX_LINES = 5   # a message of the suite's own validation (exit 2)

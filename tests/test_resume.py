@@ -8,7 +8,8 @@ import torch
 from conftest import PYTHON, slow_but, train as cli_train
 from test_pack import CASES, composed
 
-from kernelzoo import checkpoint, store
+from kernelzoo.records import store
+from kernelzoo.training import checkpoint
 from kernelzoo.train import run
 
 TINY = ["d_key=8", "logger=none", "trainer.max_steps=300", "trainer.eval_every=50",

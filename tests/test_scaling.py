@@ -1,4 +1,4 @@
-"""The d_dot law per view (kernelzoo.scaling): the families of a synthetic store, their ratios
+"""The d_dot law per view (kernelzoo.analysis.scaling): the families of a synthetic store, their ratios
 per level and laws, and what the analysis writes (no training). The law's fit and its coverage
 are tested in test_intervals.py."""
 
@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from synthetic import analyze_store, write_series
 
-from kernelzoo import analyze, scaling
-from kernelzoo.capacity import seed_table
+from kernelzoo import analyze
+from kernelzoo.analysis import scaling
+from kernelzoo.analysis.capacity import seed_table
 
 TAU = 0.01
 

@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from synthetic import write_run
 
 from hydra_plugins.kernelzoo_sweeper import stall_checks
-from kernelzoo import config, store, train
+from kernelzoo import config, train
+from kernelzoo.records import store
 from kernelzoo.analyze import load_runs
 from kernelzoo.config import CONF, Config, UsageError
 

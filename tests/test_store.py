@@ -23,7 +23,7 @@ from conftest import (PYTHON, TINY, analyze, json_file, once_per_session, run_cm
                       smoke_args, snapshot, sweep, train)
 from synthetic import write_run, write_series
 
-from kernelzoo import files, store
+from kernelzoo.records import files, store
 from kernelzoo import train as train_module
 from kernelzoo.analyze import load_runs
 

@@ -17,7 +17,7 @@ from conftest import (DONE, INFEASIBLE, PYTHON, REPO, SKIP, SMOKE_INFEASIBLE, SM
                       analyze, copy_results, done_counts, json_file, leftover_temp_files,
                       read_all, run_cmd, run_ids, runs_dir, smoke_args, snapshot, sweep, train)
 
-from kernelzoo import store
+from kernelzoo.records import store
 
 ANALYZE_MISSING = not (REPO / "src" / "kernelzoo" / "analyze.py").is_file()
 FINISHED = re.compile(r"^sweep (\S+) finished in [\d.]+ min: (.*)$", re.M)

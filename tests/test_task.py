@@ -1,4 +1,4 @@
-"""Tests for kernelzoo.task: the associative-retrieval data of task-spec "Data".
+"""Tests for kernelzoo.core.task: the associative-retrieval data of task-spec "Data".
 
 Setting 1 (capacity, no replacement) and Setting 2 (update rule, with replacement), training and
 evaluation batches, the authors' query cap, seeding, device and dtype. Every expected value is
@@ -8,7 +8,7 @@ recomputed with plain Python loops over the batch tensors.
 import pytest
 import torch
 
-from kernelzoo.task import Batch, RetrievalTask
+from kernelzoo.core.task import Batch, RetrievalTask
 
 torch.set_num_threads(1)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, analyze, read_all, run_cmd, smoke_args, sweep
 
-from kernelzoo import tracking
+from kernelzoo.records import tracking
 
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
 FAKE_KEY = "0123456789abcdef" * 2 + "01234567"

@@ -11,13 +11,14 @@ import torch
 from conftest import slow_but
 from hydra import compose, initialize_config_dir
 
-from kernelzoo import runner, store, tracking
+from kernelzoo.records import store, tracking
+from kernelzoo.training import runner
 from kernelzoo import train as train_module
-from kernelzoo.catalog import build_feature_map
+from kernelzoo.maps.catalog import build_feature_map
 from kernelzoo.config import CONF
-from kernelzoo.model import RetrievalModel
-from kernelzoo.pack import Pack
-from kernelzoo.task import RetrievalTask
+from kernelzoo.core.model import RetrievalModel
+from kernelzoo.training.pack import Pack
+from kernelzoo.core.task import RetrievalTask
 from kernelzoo.train import plan, run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from synthetic import analyze_store, write_run, write_series
 
-from kernelzoo import analyze, update_rules
-from kernelzoo.capacity import capacity_table, seed_table
+from kernelzoo import analyze
+from kernelzoo.analysis import update_rules
+from kernelzoo.analysis.capacity import capacity_table, seed_table
 
 TAU = 0.01
 DPFP1 = {"feature_map": "dpfp", "params": {"nu": 1}, "d_dot": 128, "task": "update"}

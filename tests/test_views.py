@@ -1,4 +1,4 @@
-"""The three views of capacity (kernelzoo.capacity) on constructed series with known answers:
+"""The three views of capacity (kernelzoo.analysis.capacity) on constructed series with known answers:
 a rank-bound series, a diluted series, and injected stalls, counted by default and moved only
 by a passing check (no training)."""
 
@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from synthetic import analyze_store, write_run
 
-from kernelzoo import analyze, rank_bound
-from kernelzoo.capacity import capacity_table, seed_table
+from kernelzoo import analyze
+from kernelzoo.analysis import rank_bound
+from kernelzoo.analysis.capacity import capacity_table, seed_table
 
 TAU = 0.01
 

@@ -1,4 +1,4 @@
-"""The wider zoo (kernelzoo.zoo): each map's formula and kernel on worked inputs, d_dot
+"""The wider zoo (kernelzoo.maps.zoo): each map's formula and kernel on worked inputs, d_dot
 resolution, gradients reaching learned parameters, and the degeneracies their docstrings state.
 Shapes, positivity and the rank of the features are checked for every registered map in
 test_feature_maps.py."""
@@ -11,10 +11,10 @@ import re
 import pytest
 import torch
 
-from kernelzoo.catalog import (FEATURE_MAPS, ConfigError, InfeasibleError, build_feature_map,
+from kernelzoo.maps.catalog import (FEATURE_MAPS, ConfigError, InfeasibleError, build_feature_map,
                                resolve_params)
-from kernelzoo.model import RetrievalModel, retrieval_loss
-from kernelzoo.zoo import _max_sketch, quadratic_features
+from kernelzoo.core.model import RetrievalModel, retrieval_loss
+from kernelzoo.maps.zoo import _max_sketch, quadratic_features
 
 X = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
 Y = torch.tensor([0.5, 1.0, -1.0], dtype=torch.float64)

@@ -38,14 +38,15 @@ import pandas as pd
 from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from kernelzoo import (config, plots, prediction, published, rank_bound, scaling, settings,
-                       stalls, tracking)
-from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
-from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
-from kernelzoo.report import write_report
-from kernelzoo.store import (CURVE_COLUMNS, config_value, experiment_dir, read_config,
+from kernelzoo import config
+from kernelzoo.analysis import plots, prediction, published, rank_bound, scaling, settings, stalls
+from kernelzoo.records import tracking
+from kernelzoo.analysis.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
+from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
+from kernelzoo.analysis.report import write_report
+from kernelzoo.records.store import (CURVE_COLUMNS, config_value, experiment_dir, read_config,
                              read_config_value, read_search, read_summary)
-from kernelzoo.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, format_value,
+from kernelzoo.analysis.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, format_value,
                              is_search, natural_key)
 from kernelzoo.words import plural
 

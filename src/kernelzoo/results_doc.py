@@ -23,11 +23,11 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from kernelzoo import prediction, scaling
-from kernelzoo.capacity import VIEW_WORDS, VIEWS
-from kernelzoo.files import atomic_write_text
-from kernelzoo.report import observed, published, view_rhos
-from kernelzoo.style import bound, cell
+from kernelzoo.analysis import prediction, scaling
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
+from kernelzoo.records.files import atomic_write_text
+from kernelzoo.analysis.report import observed, published, view_rhos
+from kernelzoo.analysis.style import bound, cell
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
@@ -115,8 +115,8 @@ def predictions(root: Path) -> list[str]:
     scores, _ = prediction.pooled([p for p in paths if p.exists()])
     return ["## Predicting the failure point before it is known", "",
             "Mean |ln(observed / predicted)| over the configurations of every store above "
-            "(`python -m kernelzoo.prediction results/reference/*/capacity.csv`; the predictors "
-            "in `src/kernelzoo/prediction.py`):", "",
+            "(`python -m kernelzoo.analysis.prediction results/reference/*/capacity.csv`; the predictors "
+            "in `src/kernelzoo/analysis/prediction.py`):", "",
             *[f"- {scores.words(v)}." for v in VIEWS], ""]
 
 
@@ -134,8 +134,9 @@ def document(root: Path = ROOT) -> str:
 
 def analysis_document() -> str:
     """docs/analysis.md: every rule of the analysis, quoted from the module that applies it."""
-    from kernelzoo import capacity, diagnostics, intervals, rank_bound, report, stalls
-    from kernelzoo.report import CAPTIONS, HEADLINE_WHY, PUBLISHED_NOTE, REFERENCE_NOTE
+    from kernelzoo.analysis import capacity, intervals, rank_bound, report, stalls
+    from kernelzoo.core import diagnostics
+    from kernelzoo.analysis.report import CAPTIONS, HEADLINE_WHY, PUBLISHED_NOTE, REFERENCE_NOTE
 
     def quoted(module, text: str) -> list[str]:
         return [f"(`src/kernelzoo/{module.__name__.split('.')[-1]}.py`)", "", text.strip(), ""]

@@ -56,9 +56,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .capacity import (LOSS_FLOOR, VIEW_WORDS, VIEWS, accuracy_failing, candidate, failing,
+from kernelzoo.analysis.capacity import (LOSS_FLOOR, VIEW_WORDS, VIEWS, accuracy_failing, candidate, failing,
                        keys_retrieved)
-from .config import SearchConf
+from kernelzoo.config import SearchConf
 
 
 @dataclass(frozen=True)

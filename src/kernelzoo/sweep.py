@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: unknown experiment {name!r}; valid: {', '.join(available())}",
               file=sys.stderr)
         sys.exit(2)
-    from . import train
+    from kernelzoo import train
 
     # Hydra takes one mode: --cfg, --info or --help shows the experiment's config (its point
     # values as the experiment sets them), without a sweep

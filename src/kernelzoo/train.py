@@ -27,13 +27,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from threadpoolctl import threadpool_limits
 
-from . import __version__, checkpoint, config, files, interrupt, progress, store, tracking
-from .config import UsageError
-from .catalog import ConfigError, InfeasibleError, build_feature_map, resolve_params
-from .devices import check_memory, require, resolve_device
-from .pack import step_cost
-from .runner import Member, build_model, fit
-from .words import plural
+from kernelzoo import __version__, config
+from kernelzoo.records import files, interrupt, progress, store, tracking
+from kernelzoo.training import checkpoint
+from kernelzoo.config import UsageError
+from kernelzoo.maps.catalog import ConfigError, InfeasibleError, build_feature_map, resolve_params
+from kernelzoo.training.devices import check_memory, require, resolve_device
+from kernelzoo.training.pack import step_cost
+from kernelzoo.training.runner import Member, build_model, fit
+from kernelzoo.words import plural
 
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",  # how, not
                                "checkpoint_minutes", "flush_denormal")}  # what, is computed

@@ -15,7 +15,7 @@ With ``stall_check=true``, the sweep's stalled runs are then retrained with a lo
 Before anything is written, every point not known finished is composed and checked
 (``points.py``): a bad value anywhere ends the sweep with one line. SIGTERM, SIGINT or SIGHUP
 stops the workers and records the interruption, and a SIGKILL takes the workers with it
-(``kernelzoo.interrupt``). After the launch it prints one
+(``kernelzoo.records.interrupt``). After the launch it prints one
 line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep.json``
 (points, outcomes, wall seconds, and ``interrupted`` with the signal when it was stopped).
 """
@@ -35,7 +35,8 @@ from hydra.core.utils import JobStatus
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from kernelzoo import config, files, interrupt, progress, store, tracking
+from kernelzoo import config
+from kernelzoo.records import files, interrupt, progress, store, tracking
 from kernelzoo.words import plural
 
 from .points import check_launcher, check_points, fail, override_key, override_value
@@ -209,7 +210,7 @@ class GridSweeper(BasicSweeper):
         not even those that had left it). Each run prints a progress line (k/N, elapsed, ETA)
         when its job ends (``progress.py``)."""
         if points and not self.config.dry_run:
-            from kernelzoo.pack import step_cost
+            from kernelzoo.training.pack import step_cost
 
             progress.start(self.config.hydra.sweep.dir, len(points), label, sum(
                 step_cost(int(override_value(p, "n_keys", self.config.n_keys))) for p in points))
@@ -240,9 +241,9 @@ class GridSweeper(BasicSweeper):
     def packs(self, points: list[list[str]]) -> list[list[str]]:
         """One job per pack: points that differ only in n_keys and seed share a job (the first
         point, plus ``pack_members=[[n_keys, seed], ...]`` of the others), grouped by
-        ``kernelzoo.pack.form`` up to ``trainer.pack`` runs (``pack.most_runs``); the packs
+        ``kernelzoo.training.pack.form`` up to ``trainer.pack`` runs (``pack.most_runs``); the packs
         with the largest n_keys first."""
-        from kernelzoo import pack
+        from kernelzoo.training import pack
 
         groups: dict[tuple, list[list[str]]] = {}
         for point in points:
@@ -261,8 +262,8 @@ class GridSweeper(BasicSweeper):
         return [job for _, job in sorted(jobs, key=lambda j: -j[0])]
 
     def _most_runs(self, point: list[str]):
-        """``kernelzoo.pack.most_runs`` for the points that share ``point``'s other values."""
-        from kernelzoo import pack
+        """``kernelzoo.training.pack.most_runs`` for the points that share ``point``'s other values."""
+        from kernelzoo.training import pack
 
         c = self.config
 

@@ -105,7 +105,7 @@ def check_points(sweeper, points: list[list[str]]) -> dict[tuple, dict | Excepti
     with one line at the first point that has a bad value, named by what sets it apart."""
     import torch
 
-    from kernelzoo.feature_maps import InfeasibleError
+    from kernelzoo.maps.base import InfeasibleError
     from kernelzoo.train import plan
 
     compose, plans, threads = Composer(sweeper), {}, torch.get_num_threads()

@@ -33,7 +33,8 @@ from dataclasses import asdict
 from filelock import FileLock
 from omegaconf import OmegaConf
 
-from kernelzoo import config, files, store
+from kernelzoo import config
+from kernelzoo.records import files, store
 from kernelzoo.config import SearchConf
 from kernelzoo.search import VIEWS, Observation, Probe, make_spec, search_views
 from kernelzoo.words import plural

@@ -1,7 +1,7 @@
 """``stall_check=true``: after a sweep's own runs, retrain each stalled run with a longer stopping
 rule, to see whether its never-learned keys can be learned.
 
-A stall (``kernelzoo.stalls``) is a run that ended by the plateau rule or the step cap with 1 to
+A stall (``kernelzoo.analysis.stalls``) is a run that ended by the plateau rule or the step cap with 1 to
 3 keys never learned while its configuration holds that many keys or more in some run. That
 makes it look like an optimisation stall rather than a capacity limit, but it does not show it:
 the run did end failing. So the analysis counts every run as it ended, and a stall may move a
@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelzoo import store
+from kernelzoo.records import store
 from kernelzoo.words import plural
 
 from .points import check_points, override_key
@@ -87,7 +87,7 @@ def plan(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Plan:
     """The checks of the stalled runs of ``points`` ({run_id: the sweep point that made it}),
     by the stall rule at ``threshold`` over the store's runs but its checks."""
     from kernelzoo.analyze import load_runs
-    from kernelzoo.stalls import stalled
+    from kernelzoo.analysis.stalls import stalled
 
     found = Plan()
     runs_dir = Path(exp_dir) / "runs"

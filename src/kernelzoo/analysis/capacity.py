@@ -1,0 +1,232 @@
+"""Failure points in three views: each (configuration, seed) series' failure point per view and
+their aggregate over seeds, on the runs table that ``analyze.load_runs`` reads. Pure: it reads no
+file.
+
+Failure-point rule (stated again in report.md)
+----------------------------------------------
+A configuration is (feature_map, params, d_key, d_dot, update_rule, lr). Each configuration and
+seed is a series over n_keys ascending; infeasible runs are left out, every other run counts as
+it ended (a stalled run included: see Stalls). Three views of its capacity:
+- loss (the authors' rule, compared with the paper): a point fails when its final eval loss is
+  above tau, missing, or the run diverged. The failure point is the first failing n whose next
+  point fails too (a failure followed by a pass is noise; a failing last point counts alone).
+  Between the last pass n_a (loss l_a) and that failure n_b (loss l_b),
+  n* = n_a + (log tau - log l_a) / (log l_b - log l_a) * (n_b - n_a), clamped to [n_a, n_b]
+  and to the rank bound (the largest n_keys whose loss floor, that of a rank-d_dot read-out, is
+  <= tau: ``rank_bound.py``); losses are floored at 1e-12, the midpoint when l_b is not finite.
+- accuracy: the same rule with "final eval accuracy < the accuracy threshold, missing, or
+  diverged" as failing, interpolated linearly in accuracy. A memory whose read-out is diluted
+  (loss above tau, every key still answered right) fails the loss view, not this one.
+- keys retrieved: the most associations the memory returns, max over the probed n_keys of
+  n_keys x final eval accuracy (0 when diverged or missing), no threshold; "fails_at" when a
+  probe above that n_keys retrieves fewer, else "never_fails" (a lower bound).
+Outcomes: "fails_at" (a value), "never_fails" (a lower bound: the largest n tried),
+"fails_everywhere" (the first point already fails; an upper bound: the smallest n tried),
+"no_data". Seeds aggregate to the median of their values (bounds included) with the
+order-statistic interval of ``intervals.py`` (its level in ``ci_level``); a single seed's
+interval is its bracket [n_a, n_b] (a bound's, the bound itself). A configuration's outcome is
+its most common seed outcome (ties: fails_at, then fails_everywhere). Predicted capacity = the
+map's d_dot (null: unbounded); ratio = value / predicted, per view.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from kernelzoo.analysis.intervals import median_interval
+from kernelzoo.analysis.style import natural_key
+
+CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule", "lr")
+VIEWS = ("loss", "accuracy", "keys_retrieved")
+SUFFIX = {"loss": "", "accuracy": "_acc", "keys_retrieved": "_keys"}  # column suffix per view
+VIEW_WORDS = {"loss": "loss", "accuracy": "accuracy", "keys_retrieved": "keys retrieved"}
+CAPACITY_COLUMNS = CONFIG_KEYS + (
+    "predicted_capacity", "n_seeds", "observed_capacity", "ci_low", "ci_high", "first_failure",
+    "ratio", "outcome",
+)
+EXTRA_COLUMNS = ("ci_level", "rank_bound",
+                 "observed_capacity_acc", "ci_low_acc", "ci_high_acc", "first_failure_acc",
+                 "ratio_acc", "outcome_acc",
+                 "observed_capacity_keys", "ci_low_keys", "ci_high_keys", "ratio_keys",
+                 "outcome_keys", "label")
+OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
+RULE = __doc__.partition("---\n")[2].strip()
+
+
+LOSS_FLOOR = 1e-12  # losses are floored here before their log is taken
+
+
+def failing(loss, diverged, threshold: float):
+    """The loss view for points: fails when the run diverged or its final eval loss is missing
+    (NaN) or above tau. Elementwise on arrays; a numpy bool for one point."""
+    return np.asarray(diverged, bool) | ~(np.asarray(loss, float) <= threshold)
+
+
+def candidate(fails: list[bool]) -> int | None:
+    """Index of the first failing point whose next point fails too (or that is the last)."""
+    for i, fails_here in enumerate(fails):
+        if fails_here and (i == len(fails) - 1 or fails[i + 1]):
+            return i
+    return None
+
+
+def value_column(view: str) -> str:
+    """The capacity table's column of a view's failure point."""
+    return "observed_capacity" + SUFFIX[view]
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """Failure point of one (configuration, seed) series in one view."""
+
+    outcome: str
+    value: float          # n* for fails_at, else the bound (NaN for no_data)
+    first_failure: float  # the grid n where the rule fires (NaN if it never does)
+    last_pass: float      # the passing grid n just before it (fails_at only)
+    noise: tuple = ()     # failing n below the failure point, each followed by a pass
+
+
+def failure_point(n: np.ndarray, failing: np.ndarray, cross, cap: float = math.inf) -> SeedResult:
+    """The rule on one series sorted by n; ``cross(i)`` interpolates between points i-1 and i;
+    a fails_at value is kept within [n_a, n_b] and at most ``cap`` (never below n_a)."""
+    if len(n) == 0:
+        return SeedResult("no_data", math.nan, math.nan, math.nan)
+    i = candidate(list(failing))
+    noise = tuple(float(x) for x, f in zip(n[:len(n) if i is None else i], failing) if f)
+    if i is None:
+        return SeedResult("never_fails", float(n[-1]), math.nan, math.nan, noise)
+    if i == 0:
+        return SeedResult("fails_everywhere", float(n[0]), float(n[0]), math.nan)
+    value = max(min(cross(i), n[i], cap), n[i - 1])
+    return SeedResult("fails_at", float(value), float(n[i]), float(n[i - 1]), noise)
+
+
+def loss_failure(n, loss, diverged, threshold: float, bound: float = math.inf) -> SeedResult:
+    """Loss view: fails when loss > threshold, missing, or diverged; log-linear crossing,
+    at most the rank ``bound``."""
+    n, loss = np.asarray(n, float), np.asarray(loss, float)
+
+    def cross(i):
+        if not np.isfinite(loss[i]):
+            return (n[i - 1] + n[i]) / 2
+        la, lb = np.log10(max(loss[i - 1], LOSS_FLOOR)), np.log10(loss[i])
+        return n[i - 1] + (np.log10(threshold) - la) / (lb - la) * (n[i] - n[i - 1])
+
+    return failure_point(n, failing(loss, diverged, threshold), cross, bound)
+
+
+def accuracy_failing(accuracy, diverged, threshold: float) -> np.ndarray:
+    """The accuracy view for points: fails when diverged, or accuracy missing or below."""
+    return np.asarray(diverged, bool) | ~(np.asarray(accuracy, float) >= threshold)
+
+
+def accuracy_failure(n, accuracy, diverged, threshold: float) -> SeedResult:
+    """Accuracy view: fails when accuracy < threshold, missing, or diverged; linear."""
+    n, acc = np.asarray(n, float), np.asarray(accuracy, float)
+
+    def cross(i):
+        if not np.isfinite(acc[i]):
+            return (n[i - 1] + n[i]) / 2
+        return n[i - 1] + (acc[i - 1] - threshold) / (acc[i - 1] - acc[i]) * (n[i] - n[i - 1])
+
+    return failure_point(n, accuracy_failing(acc, diverged, threshold), cross)
+
+
+def keys_retrieved(n, accuracy, diverged) -> np.ndarray:
+    """n_keys x accuracy per point, rounded to 1e-6 keys (a flat count, accuracy = c / n, stays
+    flat rather than float noise: 16/18 x 18 is 16); 0 where the run diverged or has none."""
+    k = np.asarray(n, float) * np.asarray(accuracy, float)
+    return np.where(np.asarray(diverged, bool) | ~np.isfinite(k), 0.0, np.round(k, 6))
+
+
+def keys_failure(n, accuracy, diverged) -> SeedResult:
+    """Keys-retrieved view: the max of ``keys_retrieved`` over the series (n sorted), located
+    ("fails_at", first_failure = the next probe above) when a probe above its n retrieves fewer."""
+    n = np.asarray(n, float)
+    if len(n) == 0:
+        return SeedResult("no_data", math.nan, math.nan, math.nan)
+    k = keys_retrieved(n, accuracy, diverged)
+    top = int(np.flatnonzero(k == k.max())[-1])
+    if top == len(n) - 1:
+        return SeedResult("never_fails", float(k[top]), math.nan, float(n[top]))
+    return SeedResult("fails_at", float(k[top]), float(n[top + 1]), float(n[top]))
+
+
+def series_results(series: pd.DataFrame, threshold: float, accuracy_threshold: float,
+                   bound: float = math.inf) -> dict[str, SeedResult]:
+    """The three views of one series (its feasible runs, any order)."""
+    series = series[series["status"] != "infeasible"].sort_values("n_keys")
+    n, loss, acc = (series[k].to_numpy(float) for k in
+                    ("n_keys", "final_eval_loss", "final_eval_accuracy"))
+    diverged = series["status"].eq("diverged").to_numpy()
+    return {"loss": loss_failure(n, loss, diverged, threshold, bound),
+            "accuracy": accuracy_failure(n, acc, diverged, accuracy_threshold),
+            "keys_retrieved": keys_failure(n, acc, diverged)}
+
+
+def seed_table(runs: pd.DataFrame, threshold: float, accuracy_threshold: float) -> pd.DataFrame:
+    """One row per (label, seed): each view's SeedResult (loss unsuffixed, then ``_acc`` and
+    ``_keys``). ``runs`` may carry ``rank_bound`` (the loss view's, NaN: none)."""
+    rows = []
+    for (label, seed), group in runs.groupby(["label", "seed"], sort=True):
+        bound = group["rank_bound"].iloc[0] if "rank_bound" in group else math.nan
+        views = series_results(group, threshold, accuracy_threshold,
+                               math.inf if pd.isna(bound) else float(bound))
+        row = {"label": label, "seed": seed}
+        for view, result in views.items():
+            row.update({f"{k}{SUFFIX[view]}": v for k, v in vars(result).items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def aggregate(values) -> tuple[float, float, float, float]:
+    """(median, low, high, level) over seeds: ``intervals.median_interval``."""
+    return median_interval(values)
+
+
+def combine(outcomes) -> str:
+    """The most common seed outcome (ties in the order of OUTCOMES); no_data if none has data."""
+    counts = Counter(o for o in outcomes if o != "no_data")
+    if not counts:
+        return "no_data"
+    return max(OUTCOMES, key=lambda o: (counts[o], -OUTCOMES.index(o)))
+
+
+def _view(group: pd.DataFrame, view: str, predicted) -> dict:
+    """One view's columns of a configuration's row from its seeds."""
+    s = SUFFIX[view]
+    value, low, high, level = aggregate(group[f"value{s}"])
+    if len(group) == 1 and group[f"outcome{s}"].iloc[0] == "fails_at" and view != "keys_retrieved":
+        low, high = group[f"last_pass{s}"].iloc[0], group[f"first_failure{s}"].iloc[0]
+    out = {f"observed_capacity{s}": value, f"ci_low{s}": low, f"ci_high{s}": high,
+           f"ratio{s}": math.nan if pd.isna(predicted) else value / predicted,
+           f"outcome{s}": combine(group[f"outcome{s}"])}
+    if view != "keys_retrieved":
+        out[f"first_failure{s}"] = aggregate(group[f"first_failure{s}"])[0]
+    if view == "loss":
+        out["ci_level"] = level
+    return out
+
+
+def capacity_table(runs: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration with the columns of CAPACITY_COLUMNS + EXTRA_COLUMNS."""
+    rows = []
+    for label, group in seeds.groupby("label"):
+        first = runs[runs["label"] == label].iloc[0]
+        predicted = first["predicted_capacity"]
+        row = {**{k: first[k] for k in CONFIG_KEYS}, "predicted_capacity": predicted,
+               "n_seeds": int((group["outcome"] != "no_data").sum()), "label": label,
+               "rank_bound": first["rank_bound"] if "rank_bound" in first else math.nan}
+        for view in VIEWS:
+            row.update(_view(group, view, predicted))
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS + EXTRA_COLUMNS))
+    for key in ("d_dot", "predicted_capacity", "rank_bound"):
+        table[key] = pd.to_numeric(table[key]).astype("Int64")
+    order = sorted(range(len(table)), key=lambda i: natural_key(table["label"].iloc[i]))
+    return table.iloc[order].reset_index(drop=True)

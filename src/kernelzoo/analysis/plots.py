@@ -1,0 +1,349 @@
+"""Figures of the capacity analysis, drawn from the tables that ``analyze`` builds.
+
+Every function takes DataFrames (``runs``: one row per summary plus ``label``; ``capacity``: the
+capacity table with its published columns; ``published``: the authors' points of the matching
+configurations, ``published.points``) and an output directory, writes one figure as PNG and SVG
+(``style.save``, atomically) and returns the PNG's path. The heatmaps are in ``heatmaps.py``,
+``capacity_scaling`` in ``scaling.py``; colours, label order and legends in ``style.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from kernelzoo.analysis import rank_bound, scaling
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.heatmaps import heatmaps
+from kernelzoo.analysis.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
+                             config_colors, dkey, is_search, legend, log_square, natural,
+                             save)
+
+
+def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, bad_value: float,
+             floor: float | None = None) -> list:
+    """Seeds as points, the median over seeds as a line, configurations in natural order;
+    diverged or missing values as x marks at ``bad_value`` (they count as failing); runs
+    stopped by the step cap ringed in black. Infeasible runs are not drawn. Returns the
+    legend entries for the x marks and rings that were drawn."""
+    probes = is_search(runs)  # a search's probes are few: drawn large, edged
+    dots = dict(s=30, alpha=0.9, edgecolors="black", linewidths=0.4) if probes else \
+        dict(s=14, alpha=0.45, linewidths=0)
+    feasible = runs[runs["status"] != "infeasible"]
+    for label in natural(feasible["label"]):
+        group = feasible[feasible["label"] == label]
+        values = group[column].where(group["status"] != "diverged").astype(float)
+        if floor is not None:
+            values = values.clip(lower=floor)
+        ok = np.isfinite(values)
+        color = colors[label]
+        ax.scatter(group["n_keys"][ok], values[ok], color=color, **dots)
+        if (~ok).any():
+            ax.scatter(group["n_keys"][~ok], np.full(int((~ok).sum()), bad_value), marker="x",
+                       s=24, color=color)
+        shown = values.where(ok, bad_value)
+        capped = group["status"].eq("max_steps").to_numpy()
+        if capped.any():
+            ax.scatter(group["n_keys"][capped], shown[capped], s=48, facecolors="none",
+                       edgecolors="black", linewidths=0.8, gid="step-cap")
+        if group.groupby("seed")["n_keys"].apply(frozenset).nunique() > 1:
+            # seeds probed different n_keys (a search): one thin line per seed, no median
+            for i, (_, seed) in enumerate(shown.groupby(group["seed"])):
+                order = group.loc[seed.index, "n_keys"].argsort().to_numpy()
+                ax.plot(group.loc[seed.index, "n_keys"].to_numpy()[order],
+                        seed.to_numpy()[order], "-", lw=0.8, alpha=0.6, color=color,
+                        label=None if i else label)
+            continue
+        median = shown.groupby(group["n_keys"]).median()
+        ax.plot(median.index, median.to_numpy(), "-", lw=1.6, color=color, label=label)
+    status = feasible["status"]
+    notes = []
+    if (status.eq("diverged") | ~np.isfinite(feasible[column].astype(float))).any():
+        notes.append(Line2D([], [], ls="none", marker="x", color="grey",
+                            label="x: diverged or missing (drawn at the edge)"))
+    if status.eq("max_steps").any():
+        notes.append(Line2D([], [], ls="none", marker="o", ms=7, mfc="none", mec="black",
+                            label="ringed: stopped by the step cap, not the stopping rule"))
+    return notes
+
+
+def capacity_lines(capacity: pd.DataFrame) -> dict[int, list[str]]:
+    """Each distinct predicted capacity (d_dot) with the configurations sharing it, in
+    natural order: one dashed line per key in ``loss_vs_keys``."""
+    bounded = capacity[capacity["predicted_capacity"].notna()]
+    return {int(d): natural(group["label"])
+            for d, group in bounded.groupby(bounded["predicted_capacity"].astype(int))}
+
+
+def _draw_capacity_lines(ax, capacity: pd.DataFrame, colors: dict, x_max: float) -> str:
+    """One dashed line per distinct d_dot within the x range, in the colour of its only
+    configuration (grey when shared), named on a top axis with the configurations sharing it.
+    Returns a note naming the d_dot beyond the x range ("" if none)."""
+    lines = capacity_lines(capacity)
+    shown = {d: labels for d, labels in lines.items() if d <= x_max}
+    beyond = [f"{', '.join(labels)} at {d}" for d, labels in lines.items() if d > x_max]
+    for d_dot, labels in shown.items():
+        ax.axvline(d_dot, ls="--", lw=1, gid="capacity",
+                   color=colors[labels[0]] if len(labels) == 1 else "0.3")
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(list(shown), [f"{d}" for d in shown], fontsize=7)
+    top.set_xlabel("d_dot (dashed lines, in the colour of their configuration; grey: shared)",
+                   fontsize=7)
+    top.tick_params(length=3, pad=1)
+    return f"; d_dot beyond the axis: {'; '.join(beyond)}" if beyond else ""
+
+
+def _published_overlay(ax, capacity: pd.DataFrame, published: pd.DataFrame, colors: dict,
+                       threshold: float) -> None:
+    """The authors' losses as hollow markers on a thin dashed line, their failure points as
+    hollow stars on the tau line."""
+    for label in natural(published["label"]):
+        series = published[published["label"] == label]
+        ax.plot(series["n_keys"], series["final_eval_loss"].clip(lower=DISPLAY_FLOOR), "--",
+                lw=0.7, marker="o", ms=3.5, mfc="none", mew=0.7, alpha=0.8, color=colors[label],
+                gid="published")
+    for row in capacity[capacity["published_outcome"] == "fails_at"].itertuples():
+        ax.plot(row.published_capacity, threshold, ls="none", marker="*", ms=14, mfc="none",
+                mec=colors[row.label], mew=1.0, zorder=5, gid="published-failure-point")
+
+
+def _draw_floors(ax, runs: pd.DataFrame, capacity: pd.DataFrame, colors: dict) -> bool:
+    """Each bounded configuration's loss floor (``rank_bound.loss_floor``) over its n_keys
+    range, dash-dotted in its colour; True when some floor was drawn."""
+    drawn = False
+    for r in capacity[capacity["rank_bound"].notna()].itertuples():
+        first = runs[runs["label"] == r.label].iloc[0]
+        n = np.arange(int(r.d_dot), int(runs.loc[runs["label"] == r.label, "n_keys"].max()) + 1)
+        floor = np.array([rank_bound.floor_of(k, int(r.d_dot), r.update_rule,
+                                              first["eval_max_queries"], first["eval_query_batch"])
+                          for k in n])
+        if (floor > 0).any():
+            ax.plot(n[floor > 0], floor[floor > 0], ls="-.", lw=0.9, color=colors[r.label],
+                    gid="rank-floor")
+            drawn = True
+    return drawn
+
+
+def draw_loss_vs_keys(ax, runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
+                      colors: dict, threshold: float) -> None:
+    """``loss_vs_keys`` on ``ax``: lines with gid "capacity", "failure-point", "published"."""
+    finite = runs["final_eval_loss"][np.isfinite(runs["final_eval_loss"])]
+    top = max(finite.max() if len(finite) else 1.0, threshold, 1.0) * 2
+    notes = _per_key(ax, runs, colors, "final_eval_loss", top, floor=DISPLAY_FLOOR)
+    handles = ax.get_legend_handles_labels()[0]
+    x_max = runs["n_keys"].max() * 1.05  # the store's own range: published points beyond it are cut
+    beyond = _draw_capacity_lines(ax, capacity, colors, x_max)
+    floors = _draw_floors(ax, runs, capacity, colors)
+    ax.axhline(threshold, color="black", ls=":", lw=1)
+    for row in capacity[capacity["outcome"] == "fails_at"].itertuples():
+        ax.plot(row.observed_capacity, threshold, ls="none", marker="*", ms=13,
+                color=colors[row.label], mec="black", mew=0.5, zorder=6, gid="failure-point")
+    if len(published):
+        _published_overlay(ax, capacity, published, colors, threshold)
+    ax.set_xlim(0, x_max)
+    ax.set_yscale("log")
+    ax.set_xlabel("number of keys S" + (" (points: the search's probes)" if is_search(runs)
+                                        else "") + beyond)
+    ax.set_ylabel("final evaluation loss (log scale)")
+    ax.set_title(f"Retrieval loss against the number of keys ({dkey(runs['d_key'])})\n"
+                 f"a configuration fails where its loss rises above tau = {threshold:g}",
+                 fontsize=10)
+    handles += [
+        Line2D([], [], color="black", ls=":", lw=1, label=f"tau = {threshold:g}"),
+        Line2D([], [], ls="none", marker="*", ms=10, color="grey", mec="black", mew=0.5,
+               label="failure point n*"),
+        Line2D([], [], color="grey", ls="--", lw=1, label="predicted capacity d_dot")]
+    if floors:
+        handles.append(Line2D([], [], color="grey", ls="-.", lw=0.9,
+                              label="loss floor of a rank-d_dot read-out (rank bound)"))
+    if len(published):
+        handles.append(Line2D([], [], color="grey", ls="--", lw=0.7, marker="o", ms=3.5,
+                              mfc="none", label=f"{PUBLISHED_LABEL}; hollow star: its n*"))
+    legend(ax, handles + notes)
+
+
+def loss_vs_keys(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
+                 colors: dict, threshold: float, out_dir: Path) -> Path:
+    """Figure 2 style: final eval loss (log) against the number of keys, one line per
+    configuration in natural order; its failure point n* as a star on the tau line; one dashed
+    line per distinct predicted capacity d_dot, labelled with the configurations sharing it;
+    runs stopped by the step cap ringed; the authors' published losses and failure points of
+    the matching configurations hollow, on thin dashed lines."""
+    fig = Figure(figsize=(9, 5.5))
+    draw_loss_vs_keys(fig.add_subplot(), runs, capacity, published, colors, threshold)
+    return save(fig, out_dir / "loss_vs_keys.png")
+
+
+def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float,
+                     out_dir: Path) -> Path:
+    """The accuracy and keys-retrieved views against the number of keys: retrieval accuracy
+    with the accuracy threshold (left), keys retrieved = n_keys x accuracy with y = x (right)."""
+    fig = Figure(figsize=(13, 5), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    notes = _per_key(left, runs, colors, "final_eval_accuracy", 0.0)
+    handles = left.get_legend_handles_labels()[0]
+    left.axhline(accuracy_threshold, color="black", ls=":", lw=1)
+    left.set_ylim(-0.03, 1.03)
+    left.set_xlabel("number of keys S")
+    left.set_ylabel("final evaluation retrieval accuracy")
+    left.set_title(f"accuracy view: fails below {accuracy_threshold:g}", fontsize=10)
+    keys = runs.assign(keys_retrieved=runs["n_keys"] * runs["final_eval_accuracy"])
+    _per_key(right, keys, colors, "keys_retrieved", 0.0)
+    top = float(runs["n_keys"].max())
+    right.plot([0, top], [0, top], color="black", ls=":", lw=1)
+    right.set_xlabel("number of keys S")
+    right.set_ylabel("keys retrieved: S x accuracy")
+    right.set_title("keys-retrieved view: its maximum over S (dotted: every key)", fontsize=10)
+    fig.suptitle(f"Retrieval against the number of keys ({dkey(runs['d_key'])})", fontsize=10)
+    legend(right, handles + [Line2D([], [], color="black", ls=":", lw=1,
+                                    label=f"accuracy threshold {accuracy_threshold:g}; "
+                                          "y = x")] + notes)
+    return save(fig, out_dir / "accuracy_vs_keys.png")
+
+
+def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float,
+                          out_dir: Path) -> Path:
+    """Observed against predicted capacity (log-log) with y = x: each configuration's failure
+    point with its bracket or interval, bounds as triangles, the published failure points
+    (same rule over the authors' losses) hollow."""
+    fig = Figure(figsize=(7, 5.5))
+    ax = fig.add_subplot()
+    rows = capacity[capacity["predicted_capacity"].notna() & (capacity["outcome"] != "no_data")]
+    for row in rows.itertuples():
+        x, y = float(row.predicted_capacity), row.observed_capacity
+        ax.errorbar(x, y, yerr=[[y - row.ci_low], [row.ci_high - y]],
+                    fmt=OUTCOME_MARKERS[row.outcome], ms=8, capsize=3, color=colors[row.label],
+                    label=row.label)
+        if pd.notna(row.published_capacity):
+            ax.plot(x, row.published_capacity, ls="none", ms=13, mfc="none", mew=1.2,
+                    marker=OUTCOME_MARKERS[row.published_outcome], mec=colors[row.label])
+    ax.set_xlabel("predicted capacity d_dot (log)")
+    ax.set_ylabel(f"observed failure point n*: loss crosses tau = {threshold:g} (log)")
+    ax.set_title(f"Observed against predicted capacity ({dkey(capacity['d_key'])})", fontsize=10)
+    if rows.empty:
+        ax.text(0.5, 0.5, "no configuration with a bounded prediction and data",
+                ha="center", va="center", transform=ax.transAxes)
+        return save(fig, out_dir / "observed_vs_predicted.png")
+    log_square(ax, pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
+                               rows["ci_high"], rows["published_capacity"].dropna()]))
+    handles = ax.get_legend_handles_labels()[0] + [
+        Line2D([], [], ls="none", marker=OUTCOME_MARKERS[o], color="grey", label=words)
+        for o, words in OUTCOME_WORDS.items() if (rows["outcome"] == o).any()]
+    handles.append(Line2D([], [], color="black", ls=":", lw=1, label="y = x: n* = d_dot"))
+    if rows["published_capacity"].notna().any():
+        handles.append(Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="grey",
+                              label=f"hollow: {PUBLISHED_LABEL}, same rule"))
+    legend(ax, handles)
+    return save(fig, out_dir / "observed_vs_predicted.png")
+
+
+def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: Path) -> Path:
+    """One panel per configuration with a failure point inside the grid: the eval loss during
+    training of the runs just below (solid: passes) and above (dashed: fails) it, with tau and
+    the trainer's stop threshold (``stop_loss`` from the runs' config.yaml, where recorded)."""
+    labels = [] if curve_table.empty else natural(curve_table["label"])
+    ncols = min(3, max(len(labels), 1))
+    nrows = max(math.ceil(len(labels) / ncols), 1)
+    fig = Figure(figsize=(3.4 * ncols + 0.6, 2.6 * nrows + 0.9), layout="constrained")
+    axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False)
+    for ax in axes.ravel()[len(labels):]:
+        ax.set_visible(False)
+    if not labels:
+        axes[0, 0].set_visible(True)
+        axes[0, 0].text(0.5, 0.5, "no configuration with a failure point inside the grid",
+                        ha="center", va="center", transform=axes[0, 0].transAxes)
+    unrecorded = False
+    for ax, label in zip(axes.ravel(), labels):
+        table = curve_table[curve_table["label"] == label]
+        for (n, side), group in table.groupby(["n_keys", "side"]):
+            ax.plot(group["step"], group["eval_loss"].where(group["eval_loss"] > 0),
+                    "-" if side == "below" else "--", color=colors[label],
+                    label=f"S={n} ({'passes' if side == 'below' else 'fails'})")
+        ax.axhline(threshold, color="black", ls=":", lw=1, label=f"tau = {threshold:g}")
+        stops = table["stop_loss"].dropna().unique()
+        unrecorded |= len(stops) == 0
+        for stop in stops:
+            ax.axhline(stop, color="grey", ls="-.", lw=1, label=f"stop at {stop:g}")
+        ax.set_yscale("log")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("training step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6.5, frameon=False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("evaluation loss (log)", fontsize=8)
+    fig.suptitle("Evaluation loss during training just below (solid, passes) and above "
+                 "(dashed, fails) each failure point"
+                 + ("\nstop threshold not recorded in some runs' config.yaml" if unrecorded
+                    else ""), fontsize=10)
+    return save(fig, out_dir / "curves.png")
+
+
+def efficiency_order(capacity: pd.DataFrame, view: str = "loss") -> pd.DataFrame:
+    """The configurations with a bounded d_dot and a result in ``view``, most efficient first:
+    efficiency = failure point / d_dot (its ``ratio`` column), its interval from its ci columns."""
+    s = SUFFIX[view]
+    rows = capacity[capacity["predicted_capacity"].notna() & capacity[f"ratio{s}"].notna()].copy()
+    d_dot = rows["predicted_capacity"].astype(float)
+    rows["efficiency_low"] = rows[f"ci_low{s}"] / d_dot
+    rows["efficiency_high"] = rows[f"ci_high{s}"] / d_dot
+    return rows.sort_values([f"ratio{s}", "label"], ascending=[False, True], kind="stable")
+
+
+def capacity_efficiency(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> Path:
+    """One panel per view: failure point / d_dot per configuration, most efficient first, with
+    its interval over seeds (or one seed's bracket); bounds hatched (never fails: at least;
+    fails everywhere: at most)."""
+    orders = {v: efficiency_order(capacity, v) for v in VIEWS}
+    width = max(6.0, 0.4 * max(len(o) for o in orders.values()) + 2)
+    fig = Figure(figsize=(width, 4.2 * len(VIEWS)), layout="constrained")
+    for ax, view in zip(fig.subplots(len(VIEWS), 1), VIEWS):
+        rows, s = orders[view], SUFFIX[view]
+        for i, r in enumerate(rows.itertuples()):
+            ratio, outcome = getattr(r, f"ratio{s}"), getattr(r, f"outcome{s}")
+            ax.bar(i, ratio, color=colors[r.label], hatch=None if outcome == "fails_at" else "//",
+                   edgecolor="black", linewidth=0.4)
+            if pd.notna(r.efficiency_low) and pd.notna(r.efficiency_high):
+                ax.errorbar(i, ratio, yerr=[[max(ratio - r.efficiency_low, 0)],
+                                            [max(r.efficiency_high - ratio, 0)]],
+                            fmt="none", ecolor="black", capsize=3, lw=1)
+        ax.axhline(1.0, color="black", ls=":", lw=1)
+        ax.set_xticks(np.arange(len(rows)), [f"{r.label} ({r.predicted_capacity})"
+                                             for r in rows.itertuples()],
+                      rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("failure point / d_dot")
+        ax.set_title(f"{VIEW_WORDS[view]} view", fontsize=9)
+    fig.suptitle("Capacity efficiency per view, most efficient first (in parentheses: d_dot); "
+                 "bar: median over seeds; whisker: the order-statistic interval over seeds (its "
+                 "level in report.md), or one seed's bracket; hatched: a bound; dotted: 1",
+                 fontsize=9)
+    return save(fig, out_dir / "capacity_efficiency.png")
+
+
+def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
+                curve_table: pd.DataFrame, families: list[scaling.Family], out_dir: Path,
+                threshold: float, accuracy_threshold: float,
+                search: bool = False) -> tuple[list[Path], list[str]]:
+    """Every figure of the analysis in report order, one colour per configuration, and one
+    line per figure left out (why). A search's sparse probes have no grid for heatmaps;
+    ``capacity_scaling`` (``scaling.figure``) needs a family with runs at two d_dot levels."""
+    colors = config_colors(capacity["label"])
+    maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
+    scaled = any(f.points["d_dot"].nunique() >= 2 for f in families)
+    if not scaled:
+        omitted.append("capacity_scaling: left out, as no family has runs at two or more d_dot "
+                       "values")
+    return [
+        loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
+        observed_vs_predicted(capacity, colors, threshold, out_dir),
+        *([scaling.figure(families, out_dir)] if scaled else []),
+        *([capacity_efficiency(capacity, colors, out_dir)]
+          if any(len(efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
+        *maps,
+        curves(curve_table, colors, threshold, out_dir),
+        accuracy_vs_keys(runs, colors, accuracy_threshold, out_dir),
+    ], omitted

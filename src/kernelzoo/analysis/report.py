@@ -1,0 +1,509 @@
+"""``report.md`` of one experiment, written from the tables that ``analyze`` builds.
+
+Sections: what was run (runs, steps, wall time, machine, sweep invocations), the failure-point
+rule, the capacity table in three views (loss, accuracy, keys retrieved: each with its bracket or
+interval over seeds; the rank bound; for the authors' own configurations the failure point of
+their published losses), the comparison with the paper (loss view), capacity efficiency per view
+and how far the views' rankings agree, the update rules compared (``update_rules.py``), the
+learning rates compared (``learning_rate.py``), capacity against d_dot per family and view
+(``scaling.py``), the rank bound, the feature rank during training, the prediction from the
+n_keys = d_dot probe (``prediction.py``), the stalls and their checks, the search's probes (for
+``search=bisect``: which n_keys were trained and why), what is missing or was treated as noise
+or set aside, and the figures (PNG embedded, SVG linked, one caption each).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from scipy import stats
+
+from kernelzoo.analysis import learning_rate, prediction, rank_bound, scaling, update_rules
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.records.files import StoreError, atomic_write_text
+from kernelzoo.analysis.intervals import MEDIAN_WORDS
+from kernelzoo.analysis.plots import efficiency_order
+from kernelzoo.analysis.stalls import RULE as STALL_RULE
+from kernelzoo.analysis.stalls import has_diagnostics, stall_lines, stall_rates
+from kernelzoo.records.store import experiment_points, finished_points, read_sweep, trained_points
+from kernelzoo.analysis.style import bound, cell, natural, natural_key
+from kernelzoo.words import plural
+
+
+HEADLINE = "accuracy"  # the view that headlines cross-map rankings
+HEADLINE_WHY = (
+    "Cross-map rankings are headlined by the accuracy view: it asks whether the memory still "
+    "returns (nearly) every association, which is what capacity means, whatever the scale of "
+    "its read-out. The loss view mixes retrieval with that scale: a diluted read-out (every key "
+    "answered right, the right value's weight spread) fails it early, and under the authors' "
+    "per-32-query batch means one wrong key of 33 to 64 costs under tau, so it passes maps that "
+    "lose keys. It stays the view compared with the paper. Keys retrieved, without a threshold, "
+    "counts partial retrieval past the failure point and is shown beside them.")
+DILUTED = 1.5  # the accuracy view's failure point over the loss view's that the report names
+
+
+def observed(r, view: str = "loss") -> str:
+    """A failure point in one view as read: one seed with its bracket ("57.1 (between 40 and
+    60)"), bounds as inequalities, several seeds as the median with its interval."""
+    s = SUFFIX[view]
+    value, outcome = getattr(r, f"observed_capacity{s}"), getattr(r, f"outcome{s}")
+    low, high = getattr(r, f"ci_low{s}"), getattr(r, f"ci_high{s}")
+    if outcome == "no_data":
+        return "–"
+    if r.n_seeds == 1:
+        if outcome == "fails_at" and view != "keys_retrieved":
+            return f"{cell(value)} (between {cell(low)} and {cell(high)})"
+        return bound(value, outcome)
+    shown = bound(value, outcome) if outcome != "fails_at" else cell(value)
+    return f"{shown} [{cell(low)}, {cell(high)}]"
+
+
+def published(r) -> str:
+    """The failure point of the authors' published losses ("–": not one of theirs)."""
+    return bound(r.published_capacity, r.published_outcome)
+
+
+def has_published(capacity: pd.DataFrame) -> bool:
+    """True when some configuration is one of the authors' (its published column is filled)."""
+    return bool(capacity["published_outcome"].notna().any())
+
+
+def has_reference(capacity: pd.DataFrame) -> bool:
+    """True when the committed reference runs of this experiment have some configuration."""
+    return "reference_outcome" in capacity and bool(capacity["reference_outcome"].notna().any())
+
+
+def markdown_table(capacity: pd.DataFrame) -> list[str]:
+    """The capacity table, the three views side by side (each: median over seeds [interval],
+    or one seed's bracket; bounds as inequalities) and their ratios to d_dot; "reference" (the
+    committed runs of this experiment) and "published" (the authors') loss-view columns where
+    any configuration has one."""
+    extra, ref = has_published(capacity), has_reference(capacity)
+    checked = "stalled_runs" in capacity
+    head = ["configuration", "d_dot", "seeds (interval level)", "loss view",
+            *(["reference (loss)"] if ref else []), *(["published (loss)"] if extra else []),
+            "rank bound", "accuracy view", "keys retrieved", "ratio loss / acc / keys",
+            *(["stalled runs (cleared)", "loss view, verified stalls set aside"] if checked
+              else [])]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in capacity.itertuples():
+        level = "" if pd.isna(r.ci_level) else f" ({r.ci_level:.0%})"
+        ratios = " / ".join(cell(getattr(r, f"ratio{SUFFIX[v]}"), 2) for v in VIEWS)
+        lines.append("| " + " | ".join([
+            r.label, cell(r.d_dot) if pd.notna(r.predicted_capacity) else "unbounded",
+            f"{r.n_seeds}{level}", observed(r),
+            *([bound(r.reference_capacity, r.reference_outcome)] if ref else []),
+            *([published(r)] if extra else []),
+            cell(r.rank_bound), observed(r, "accuracy"), observed(r, "keys_retrieved"), ratios,
+            *([f"{r.stalled_runs} ({r.stalls_cleared} of {r.stalls_checked} checked)"
+               if r.stalled_runs else "0",
+               cell(r.observed_capacity_verified) if r.stalls_cleared else "same"]
+              if checked else [])]) + " |")
+    return lines
+
+
+PUBLISHED_NOTE = (
+    "published: the same rule over the final eval losses the authors released (Schlag et al. "
+    "2021, Figure 2, one run per point, seed 1; `src/kernelzoo/data/published_figure2.csv`, "
+    "provenance in `data/README.md`), for the configurations that are theirs (Setting 1, same "
+    "d_key, update rule, map and the parameters that define it: see `published.py`); – for the "
+    "others.")
+REFERENCE_NOTE = (
+    "reference: the failure point of the same configuration in the committed reference runs "
+    "of this experiment (`results/reference/<experiment>/`, made by the maintainers on the "
+    "machine their report names; `reference_dir=` to choose another); – where they have none.")
+CAPTIONS = {
+    "loss_vs_keys": "Final eval loss against the number of keys, median over seeds: a star marks "
+                    "each configuration's loss-view failure point n* on the tau line, a dashed "
+                    "line each distinct predicted capacity d_dot, a dash-dotted curve the loss "
+                    "floor of a rank-d_dot read-out (the rank bound); hollow markers, for the "
+                    "authors' configurations, their published losses.",
+    "observed_vs_predicted": "The headline: each failure point against the capacity its map "
+                             "predicts; triangles are bounds, hollow markers published values "
+                             "(the authors' configurations only).",
+    "heatmap": "Median final eval loss per configuration and number of keys at their true "
+               "S, on one colour scale centred on tau for all heatmaps. A map's heatmap is left "
+               "out when no cell passes: it would show no boundary.",
+    "capacity_efficiency": "Capacity efficiency, failure point / d_dot, in each view, most "
+                           "efficient first, with its bracket (one seed) or order-statistic "
+                           "interval over seeds; hatched bars are bounds.",
+    "curves": "Eval loss during training of the runs just below and above each failure point, "
+              "with tau and the trainer's stop threshold.",
+    "accuracy_vs_keys": "The accuracy view (left: retrieval accuracy against the number of "
+                        "keys, with the threshold) and the keys-retrieved view (right: number "
+                        "of keys x accuracy, its maximum the view's value; dotted y = x).",
+    "capacity_scaling": "Per view and family, failure point / d_dot against d_dot: each seed "
+                        "(dots), each level's median with its order-statistic interval, the law "
+                        "n* = a d_dot^b fitted to the level medians with its 95% t band; the "
+                        "dotted line is n* = d_dot.",
+}
+
+
+def figure_lines(figures: list[Path], omitted: list[str]) -> list[str]:
+    """Each figure embedded (PNG) with its caption and a link to its SVG; then the figures
+    left out, with why."""
+    lines = ["## Figures", ""]
+    for path in figures:
+        caption = CAPTIONS["heatmap" if path.stem.startswith("heatmap_") else path.stem]
+        lines += [f"![]({path.name})", "", f"{caption} ([SVG]({path.with_suffix('.svg').name}))",
+                  ""]
+    return lines + [f"- {line}" for line in omitted]
+
+
+def efficiency_table(capacity: pd.DataFrame) -> list[str]:
+    """Configurations ranked by capacity efficiency = failure point / d_dot in each view, the
+    rank correlation between the views' orders, and where they disagree."""
+    orders = {v: efficiency_order(capacity, v) for v in VIEWS}
+    if len(orders[HEADLINE]) < 2:
+        return []
+    lines = ["## Capacity efficiency (failure point / d_dot), per view", "",
+             HEADLINE_WHY, "",
+             "| configuration | d_dot | " + " | ".join(f"{VIEW_WORDS[v]}: rank, efficiency"
+                                                     for v in VIEWS) + " |",
+             "|---|---|" + "---|" * len(VIEWS)]
+    ranks = {v: {label: i for i, label in enumerate(o["label"], 1)} for v, o in orders.items()}
+    for r in orders[HEADLINE].itertuples():
+        cells = []
+        for v in VIEWS:
+            row = orders[v][orders[v]["label"] == r.label]
+            if row.empty:
+                cells.append("–")
+                continue
+            row = row.iloc[0]
+            s = SUFFIX[v]
+            ratio, outcome = row[f"ratio{s}"], row[f"outcome{s}"]
+            value = (f"{ratio:.2f} [{row['efficiency_low']:.2f}, {row['efficiency_high']:.2f}]"
+                     if outcome == "fails_at" else
+                     f"{'>=' if outcome == 'never_fails' else '<='} {ratio:.2f}")
+            cells.append(f"{ranks[v][r.label]}: {value}")
+        lines.append(f"| {r.label} | {r.predicted_capacity} | " + " | ".join(cells) + " |")
+    lines += ["", *view_agreement(capacity)]
+    return lines + [""]
+
+
+def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:
+    """(view, other view, Spearman's rho of their failure point / d_dot, configurations) for
+    each pair of views over the configurations with a bounded d_dot ranked in both (3 or more)."""
+    rows, found = capacity[capacity["predicted_capacity"].notna()], []
+    for i, v in enumerate(VIEWS):
+        for w in VIEWS[i + 1:]:
+            both = rows[[f"ratio{SUFFIX[v]}", f"ratio{SUFFIX[w]}"]].dropna()
+            if len(both) >= 3:
+                found.append((v, w, stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic,
+                              len(both)))
+    return found
+
+
+def view_agreement(capacity: pd.DataFrame) -> list[str]:
+    """Spearman's rho between each pair of views' efficiency orders (``view_rhos``), and the
+    configurations whose loss view fails well before their accuracy view (dilution: the loss
+    crosses tau while the keys are still answered right)."""
+    lines = [f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = {rho:.2f} over {n} "
+             "configurations." for v, w, rho, n in view_rhos(capacity)]
+    diluted = capacity[(capacity["outcome"] == "fails_at")
+                       & (capacity["observed_capacity_acc"] > DILUTED * capacity["observed_capacity"])]
+    if len(diluted):
+        lines.append("- Loss view failing before the accuracy view (the read-out is diluted: the "
+                     "loss crosses tau while the keys are still answered right; ratio "
+                     f"accuracy / loss above {DILUTED:g}): " + "; ".join(
+                         f"{r.label} {cell(r.observed_capacity)} against "
+                         f"{bound(r.observed_capacity_acc, r.outcome_acc)}"
+                         for r in diluted.itertuples()) + ".")
+    return lines
+
+
+RANK_CHANGE = 0.1  # a relative change of the effective rank worth noting
+
+
+def rank_changes(runs: pd.DataFrame) -> list[str]:
+    """Per configuration, the written keys' effective feature rank at initialisation and after
+    training (diagnostics; median over its runs), for those where it moved by more than 10%."""
+    columns = ("phi_effective_rank_initial", "phi_effective_rank")
+    if not set(columns) <= set(runs):
+        return []
+    rows = runs.dropna(subset=list(columns))
+    lines = []
+    for label in natural(rows["label"]):
+        group = rows[rows["label"] == label]
+        before, after = group[columns[0]].median(), group[columns[1]].median()
+        if before > 0 and abs(after - before) > RANK_CHANGE * before:
+            lines.append(f"| {label} | {group['d_dot'].iloc[0]} | {before:.1f} | {after:.1f} | "
+                         f"{after / before - 1:+.0%} | {len(group)} |")
+    if not lines:
+        return []
+    return ["## Feature rank during training", "",
+            "Configurations whose written keys' effective feature rank (diagnostics, median over "
+            "their runs) moved by more than 10% between initialisation and the end of training: "
+            "trained keys, and learned maps' own parameters, reshape the state's use.", "",
+            "| configuration | d_dot | at initialisation | after training | change | runs |",
+            "|---|---|---|---|---|---|", *lines, ""]
+
+
+def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -> list[str]:
+    """One small table per configuration: every probe of the search, in the order asked."""
+    probes = runs[runs["probe_round"].notna()]
+    lines = ["## Search probes", "",
+             f"{len(probes)} probes over {probes.groupby(['label', 'seed']).ngroups} "
+             "configuration x seed series; the strategy is in `src/kernelzoo/search.py`. "
+             "A probe fails the loss view when its run diverged or its final eval loss is missing "
+             f"or above tau = {threshold:g}; a stalled one (see Stalls) is marked.", ""]
+    for label in sorted(probes["label"].unique(), key=natural_key):
+        group = probes[probes["label"] == label].sort_values(["seed", "probe_round", "n_keys"])
+        row = capacity[capacity["label"] == label].iloc[0]
+        lines += [f"**{label}** (d_dot {cell(row.d_dot) if pd.notna(row.d_dot) else 'unbounded'}"
+                  f"): loss view {row.outcome}, {observed(row)}; accuracy view "
+                  f"{row.outcome_acc}, {observed(row, 'accuracy')}", "",
+                  "| seed | round | n_keys | why | final eval loss | accuracy | loss view |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in group.itertuples():
+            if r.status == "infeasible":
+                result = "infeasible"
+            else:
+                result = "fails" if r.status == "diverged" or not r.final_eval_loss <= threshold \
+                    else "passes"
+                result += " (stalled)" if r.stalled else ""
+            lines.append(f"| {r.seed} | {int(r.probe_round)} | {r.n_keys} | {r.probe_why} | "
+                         f"{cell(r.final_eval_loss, 4)} | {cell(r.final_eval_accuracy, 4)} | "
+                         f"{result} |")
+        lines.append("")
+    return lines
+
+
+def _listing(items: list[str], limit: int = 30) -> list[str]:
+    shown = [f"  - {item}" for item in items[:limit]]
+    return shown + ([f"  - ... and {len(items) - limit} more"] if len(items) > limit else [])
+
+
+def noise(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[str]:
+    """The isolated failures the rule treated as noise (a failure followed by a pass)."""
+    items = []
+    for r in seeds.itertuples():
+        for n in r.noise:
+            run = runs[(runs["label"] == r.label) & (runs["seed"] == r.seed)
+                       & (runs["n_keys"] == n)].iloc[0]
+            items.append(f"{r.label}, seed {r.seed}, n_keys {int(n)}: final eval loss "
+                         f"{cell(run['final_eval_loss'], 4)} ({run['status']})")
+    return items
+
+
+def prediction_section(runs: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
+    """Each predictor's score per view (``prediction.py``)."""
+    lines = ["## A prediction made before the answer: measured at the n_keys = d_dot probe", ""]
+    if not has_diagnostics(runs):
+        return lines + ["No diagnostics: these runs predate them (no feature ranks in their "
+                        "summaries), so only d_dot predicts the failure points.", ""]
+    scores = prediction.score(capacity)
+    lines += [prediction.__doc__.split("\n\n")[1].strip(), "", "| view | configurations | "
+              + " | ".join(prediction.PREDICTORS) + " |", "|---|---|" + "---|"
+              * len(prediction.PREDICTORS)]
+    for view in VIEWS:
+        by = scores.by.get(view) or {}
+        lines.append(f"| {VIEW_WORDS[view]} | {scores.n.get(view, 0)} | "
+                     + " | ".join(cell(by.get(p), 3) for p in prediction.PREDICTORS) + " |")
+    return lines + ["", "Pooled over every committed store: `python -m kernelzoo.analysis.prediction "
+                    "results/reference/*/capacity.csv`.", ""]
+
+
+def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFrame) -> list[str]:
+    """The stall rule, the stall rate of every point with a stalled run, the checks and what
+    they cleared (``checked``: ``stalls.check_outcomes``)."""
+    lines = ["## Stalls", ""]
+    if not has_diagnostics(runs):
+        return lines + ["No diagnostics: these runs predate them (no dead_keys in their "
+                        "summaries), so no run can be told stalled; every run counts as it "
+                        "ended.", ""]
+    rates = stall_rates(runs)
+    lines += [STALL_RULE, ""]
+    if rates.empty:
+        return lines + ["No run stalled.", ""]
+    lines += [f"{int(runs['stalled'].sum())} of {len(runs)} runs stalled, at "
+              f"{plural(len(rates), 'point')} of {plural(rates['label'].nunique(), 'configuration')}"
+              "; every one counts as it ended in the headline failure points (each run is listed "
+              "under \"What is missing or was set aside\").", "",
+              "| configuration | n_keys | stalled seeds | stall rate |", "|---|---|---|---|"]
+    lines += [f"| {r.label} | {r.n_keys} | {r.stalled} of {r.seeds} | {r.stalled / r.seeds:.0%} |"
+              for r in rates.itertuples()]
+    lines.append("")
+    if checked.empty:
+        return lines + ["No stall was checked (`stall_check=true` trains a check for each): no "
+                        "failure point is moved by a stall.", ""]
+    lines += [f"Checks: {len(checked)} of {int(runs['stalled'].sum())} stalled runs checked; the "
+              f"checks cleared {int(checked['clears_loss'].sum())} in the loss view and "
+              f"{int(checked['clears_accuracy'].sum())} in the accuracy view.", "",
+              "| configuration | seed | n_keys | check | final eval loss | accuracy | clears "
+              "loss / accuracy |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.label} | {r.seed} | {r.n_keys} | {r.check} | {cell(r.final_eval_loss, 4)} | "
+              f"{cell(r.final_eval_accuracy, 4)} | {'yes' if r.clears_loss else 'no'} / "
+              f"{'yes' if r.clears_accuracy else 'no'} |" for r in checked.itertuples()]
+    moved = capacity[capacity["stalls_cleared"] > 0]
+    lines += ["", "Failure points moved by verified stalls (loss view, secondary column): "
+              + ("; ".join(f"{r.label}: {cell(r.observed_capacity)} as the runs ended, "
+                           f"{cell(r.observed_capacity_verified)} with the cleared stalls set "
+                           "aside" for r in moved.itertuples()) or "none") + "."]
+    return lines + [""]
+
+
+def rank_bound_section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """The rank bound's derivation, each configuration's bound and the runs closest to it."""
+    bounded = capacity[capacity["rank_bound"].notna()]
+    if bounded.empty:
+        return []
+    lines = ["## The rank bound (loss view)", "", rank_bound.DERIVATION, "",
+             "Bounds here: " + "; ".join(f"{r.label} {r.rank_bound}"
+                                         for r in bounded.itertuples()) + "."]
+    bounded_runs = runs[runs["rank_bound"].notna()]
+    floors = pd.Series([rank_bound.floor_of(r.n_keys, r.d_dot, r.update_rule, r.eval_max_queries,
+                                            r.eval_query_batch)
+                        for r in bounded_runs.itertuples()], index=bounded_runs.index,
+                       dtype=float)
+    if len(floors):
+        losses = runs.loc[floors.index, "final_eval_loss"]
+        at = floors[(floors > 0) & (losses <= floors * 1.01)]
+        below = floors[losses < floors * (1 - 1e-4)]
+        lines += ["", f"Runs whose final eval loss lies below their floor: {len(below)} of "
+                  f"{len(floors)}; within 1% above it (the memory at its rank limit): {len(at)}."]
+    return lines + [""]
+
+
+def _counted(invocation: dict) -> str:
+    """The count after an invocation's points: (12 trained), or when it was interrupted
+    (12 to train, 5 finished)."""
+    if "outcomes" not in invocation:
+        return ""
+    if not invocation.get("interrupted"):
+        return f" ({trained_points(invocation)} trained)"
+    done = finished_points(invocation)
+    return f" ({trained_points(invocation)} to train" + (f", {done} finished" if done else "") + ")"
+
+
+def sweep_lines(history: dict, n_runs: int) -> list[str]:
+    """The sweep record's lines of "What was run": wall clock per invocation, planned points."""
+    parts = [f"{float(i['wall_seconds']):.0f} s for {plural(i['points'], 'point')}"
+             + (f" of grids {i['grids']}" if "grids" in i else "")
+             + _counted(i)
+             + (f" in {plural(i['search']['rounds'], 'search round')}" if "search" in i else "")
+             + (f", interrupted by {i['interrupted']}" if i.get("interrupted") else "")
+             for i in history["invocations"]]
+    lines = [f"- Sweep wall clock: {float(history['wall_seconds']):.0f} s "
+             f"({float(history['wall_seconds']) / 60:.1f} min) over "
+             f"{plural(len(parts), 'invocation')}: {'; '.join(parts)}."]
+    grid = experiment_points(history)
+    planned, what = (grid, "Points of the experiment") if grid is not None else \
+        (max(i["points"] for i in history["invocations"]), "Points planned by the largest "
+         "invocation")  # a search's probes, or a record older than experiment_points
+    lines.append(f"- {what}: {planned}; with a summary: {n_runs}"
+                 + ("" if n_runs >= planned else " (partial sweep)") + ".")
+    for key, word in (("machine", "Sweep machine"), ("launcher", "Launcher")):
+        used = Counter(i[key] for i in history["invocations"] if key in i)
+        if used:
+            lines.append(f"- {word}: " + "; ".join(
+                name if len(used) == 1 else f"{name} ({n} invocation{'s' * (n > 1)})"
+                for name, n in used.most_common()) + ".")
+    return lines
+
+
+def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
+                 capacity: pd.DataFrame, checked: pd.DataFrame, families: list[scaling.Family],
+                 missing: list[str], damaged: list[str], holes: list[str], figures: list[Path],
+                 omitted: list[str], threshold: float, accuracy_threshold: float,
+                 rule: str, set_aside: list[str] = ()) -> tuple[Path, list[str]]:
+    """``report.md``: what ran where, the rule, the table, the stalls, the probes, what is
+    missing; with every damaged file listed (``damaged``, an unreadable sweep.json and
+    diagnostics.json: returned too) and the runs left out or configurations split
+    (``set_aside``: ``analyze.sort_out``). ``checked``: the stall checks (``stalls.check_outcomes``);
+    ``families``: ``scaling.families``."""
+    status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
+    wall, devices = runs["wall_seconds"], runs["device"].value_counts()
+    steps = int(runs["steps"].fillna(0).sum())
+    lines = [f"# Capacity analysis: `{experiment}`", "", "## What was run", "",
+             f"- {plural(len(runs), 'run')} with a summary ({status}); "
+             f"{plural(len(capacity), 'configuration')}.",
+             f"- d_key: {', '.join(map(str, sorted(runs['d_key'].unique())))}; update rules: "
+             f"{', '.join(sorted(runs['update_rule'].unique()))}; seeds: "
+             f"{', '.join(map(str, sorted(runs['seed'].unique())))}.",
+             f"- n_keys: {runs['n_keys'].min()} to {runs['n_keys'].max()} "
+             f"({runs['n_keys'].nunique()} distinct values).",
+             f"- Machine: {', '.join(f'{d} ({c} runs)' for d, c in devices.items())}; "
+             f"kernelzoo {', '.join(sorted(map(str, runs['kernelzoo_version'].unique())))}.",
+             f"- Wall time: {wall.sum():.0f} s summed over runs (a run trained in a pack counts "
+             f"the pack's time until it stopped; median {wall.median():.1f} s, "
+             f"max {wall.max():.1f} s per run); {steps:,} training steps"
+             + (f" ({steps / wall.sum():.0f} per second of run time)." if wall.sum() > 0 else ".")]
+    resumes = runs["resumes"].fillna(0) if "resumes" in runs else pd.Series(dtype=float)
+    if (resumes > 0).any():
+        lines.append(f"- Continued from checkpoints: {plural(int((resumes > 0).sum()), 'run')} "
+                     f"({plural(int(resumes.sum()), 'resume')} in all); a resumed run's wall "
+                     "time counts the work redone after a stop once.")
+    capped = runs[runs["status"] == "max_steps"]
+    if len(capped):
+        lines.append(f"- {plural(len(capped), 'run')} stopped at the step cap "
+                     f"({int(capped['steps'].max())} steps), not by the stopping rule: a failure "
+                     "there may be slow learning rather than lack of capacity.")
+    try:
+        history = read_sweep(exp_dir)
+    except StoreError as err:
+        damaged, history = [*damaged, str(err)], None
+    if history is not None and history["invocations"]:
+        lines += sweep_lines(history, len(runs))
+    lines += ["", "## Failure-point rule", "", f"tau = {threshold:g}, accuracy threshold = "
+              f"{accuracy_threshold:g}.", "", rule, "",
+              f"## Capacity in three views (loss: final eval loss > {threshold:g}; accuracy: "
+              f"final eval accuracy < {accuracy_threshold:g}; keys retrieved)", "",
+              "Intervals: median over seeds with the order-statistic interval of its level "
+              "(beside the seed count; " + MEDIAN_WORDS + "); one seed: its bracket.", ""]
+    lines += markdown_table(capacity)
+    if has_reference(capacity):
+        lines += ["", REFERENCE_NOTE]
+    if has_published(capacity):
+        lines += ["", PUBLISHED_NOTE]
+    bounded = capacity[capacity["ratio"].notna()]
+    lines += ["", "## Compared with the paper", "",
+              "Schlag et al. (2021, Figure 2) predict that each deterministic map fails once the "
+              "number of keys exceeds its d_dot. Observed / predicted ratios here: "
+              + ("; ".join(f"{r.label} {r.ratio:.2f} ({r.outcome})" for r in bounded.itertuples())
+                 or "none (no configuration with a bounded prediction has data)")
+              + ". A never_fails ratio is a lower bound, a fails_everywhere ratio an upper bound."]
+    theirs = capacity[capacity["published_outcome"].notna()]
+    if len(theirs):
+        lines += ["", "Observed against published failure points (the same rule over the "
+                  "authors' losses): " + "; ".join(f"{r.label} {observed(r)} against "
+                                                    f"{published(r)}"
+                                                    for r in theirs.itertuples()) + "."]
+    lines += ["", *efficiency_table(capacity), *update_rules.section(capacity, runs),
+              *learning_rate.section(capacity),
+              *scaling.section(families), *rank_bound_section(capacity, runs),
+              *rank_changes(runs), *prediction_section(runs, capacity),
+              *stall_section(runs, capacity, checked)]
+    if runs["probe_round"].notna().any():
+        lines += probe_tables(runs, capacity, threshold)
+    lines += ["## What is missing or was set aside", ""]
+    planned = experiment_points(history)
+    if planned is not None and planned > len(runs):  # grid holes (below) see only n_keys with runs
+        lines.append(f"- Points of the experiment without a summary: {planned - len(runs)} "
+                     f"(`python -m kernelzoo.sweep {experiment} dry_run=true "
+                     f"results_dir={exp_dir.parent}` names each point, done or to train)")
+    infeasible = runs[runs["status"] == "infeasible"]
+    stalled, unreadable = stall_lines(runs, exp_dir / "runs")
+    damaged = [*damaged, *unreadable]
+    mixed = [f"{label}: " + ", ".join(f"seed {s.seed} {s.outcome}" for s in g.itertuples())
+             for label, g in seeds.groupby("label") if g["outcome"].nunique() > 1]
+    for title, items in (
+            ("Run directories without summary.json (in progress or interrupted)", missing),
+            ("Damaged files (skipped)", damaged),
+            ("Infeasible points (excluded)", [f"{r.label}, seed {r.seed}, n_keys {r.n_keys}: "
+                                               f"{r.reason}" for r in infeasible.itertuples()]),
+            ("Isolated failures treated as noise (a failure followed by a pass)",
+             noise(runs, seeds)),
+            ("Runs that stalled (see Stalls: counted as they ended)", stalled),
+            ("Grid holes (each configuration's n_keys x the experiment's seeds)", holes),
+            ("Configurations whose seeds disagree on the outcome", mixed),
+            ("Runs left out and configurations split by their settings", list(set_aside))):
+        if items is not None:
+            lines += [f"- {title}: {len(items) or 'none'}"] + _listing(items)
+    lines += [""] + figure_lines(figures, omitted)
+    path = exp_dir / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path, damaged

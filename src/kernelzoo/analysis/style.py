@@ -1,0 +1,139 @@
+"""What every figure of the analysis shares: names, label order, colours, markers, legends, log-log
+axes, saving.
+
+One colour per configuration label throughout (``config_colors``: a fixed mapping in natural
+label order, so "m=64" comes before "m=128"). Figures use matplotlib's object API with the Agg
+canvas: no pyplot state, no display needed. ``save`` writes each figure as PNG and SVG. A map's
+name in labels is ``BASE_LABELS`` (else its feature_map), its parameters as ``canonical_params``
+writes them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+from kernelzoo.records.files import atomic_write
+
+DISPLAY_FLOOR = 1e-8  # losses are clipped here so that a loss of 0 still shows on a log axis
+OUTCOME_MARKERS = {"fails_at": "o", "never_fails": "^", "fails_everywhere": "v"}
+OUTCOME_WORDS = {"fails_at": "fails at n* (bar: its bracket, or the interval over seeds)",
+                 "never_fails": "never fails: lower bound",
+                 "fails_everywhere": "fails everywhere: upper bound"}
+PUBLISHED_LABEL = "published (Schlag et al. 2021)"
+SVG_SETTINGS = {"svg.fonttype": "none", "svg.hashsalt": "kernelzoo"}  # text as text, stable ids
+BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
+               "relu": "ReLU", "taylor": "Taylor", "squared_relu": "ReLU²", "hedgehog": "Hedgehog",
+               "t2r": "T2R", "rebased": "ReBased", "polysketch": "PolySketch",
+               "cosformer": "cosFormer"}
+# the parameter each map resolves from d_dot (``params_for_d_dot`` in dpfp.py, random_features.py
+# and zoo.py; the maps without one set d_key from d_dot): shown in every label, left out of a
+# scaling family
+D_DOT_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",), "t2r": ("m",),
+                "polysketch": ("r",)}
+
+
+def format_value(value) -> str:
+    """A parameter's value as labels and ``canonical_params`` show it: true, 1, 0.5, name."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def cell(value, digits: int = 3) -> str:
+    """A number as report tables show it (3 significant digits), "–" where there is none."""
+    if value is None or pd.isna(value):
+        return "–"
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def bound(value, outcome) -> str:
+    """A failure point with its outcome: bounds as inequalities, "–" where there is none."""
+    if outcome is None or pd.isna(outcome) or outcome == "no_data":
+        return "–"
+    sign = {"never_fails": ">= ", "fails_everywhere": "<= "}.get(outcome, "")
+    return sign + cell(value)
+
+
+def canonical_params(params: dict) -> str:
+    """``{"nu": 2, "a": True}`` -> ``"a=true,nu=2"``; ``""`` for no parameters."""
+    return ",".join(f"{k}={format_value(v)}" for k, v in sorted(params.items()))
+
+
+def natural_key(label: str) -> tuple:
+    """Sort key that orders "FAVOR+ m=64" before "FAVOR+ m=128" and "lr=0.0003" before
+    "lr=0.001"; labels whose numbers are equal ("lr=0.10", "lr=0.1") fall back to the text,
+    so the order never depends on the order the labels came in."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", label)
+    return [float(p) if i % 2 else p for i, p in enumerate(parts)], label
+
+
+def natural(labels) -> list[str]:
+    """The distinct labels in natural order."""
+    return sorted(set(labels), key=natural_key)
+
+
+def config_colors(labels) -> dict[str, tuple]:
+    """Fixed colour per configuration label, assigned in natural label order."""
+    labels = natural(labels)
+    if len(labels) <= 10:
+        cmap = matplotlib.colormaps["tab10"]
+        return {label: cmap(i) for i, label in enumerate(labels)}
+    cmap = matplotlib.colormaps["tab20" if len(labels) <= 20 else "turbo"]
+    return {label: cmap(i / max(len(labels) - 1, 1)) for i, label in enumerate(labels)}
+
+
+def dkey(values) -> str:
+    """"d_key=64", or the set of d_key values when an experiment has several."""
+    keys = sorted({int(v) for v in values})
+    return f"d_key={keys[0]}" if len(keys) == 1 else "d_key in {" + ", ".join(map(str, keys)) + "}"
+
+
+def is_search(runs: pd.DataFrame) -> bool:
+    """True for the runs of a failure-point search (``search=bisect``), which are its probes."""
+    return "probe_round" in runs and bool(runs["probe_round"].notna().any())
+
+
+def log_square(ax, values: pd.Series) -> None:
+    """Both axes log scale over the values' range (a factor 1.5 of margin), powers of 2 as
+    ticks, and the dotted line y = x."""
+    low, high = values.min() / 1.5, values.max() * 1.5
+    ax.plot([low, high], [low, high], "k:", lw=1)
+    ticks = 2.0 ** np.arange(np.floor(np.log2(low)), np.ceil(np.log2(high)) + 1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+
+
+def save(fig: Figure, path: Path) -> Path:
+    """Write ``path`` (PNG) and the same figure as SVG beside it, each atomically (the old
+    figure or the new, never a part); returns the PNG's path."""
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"))
+    with matplotlib.rc_context(SVG_SETTINGS):
+        atomic_write(path.with_suffix(".svg"), lambda f: fig.savefig(
+            f, format="svg", bbox_inches="tight", metadata={"Date": None}))
+    return path
+
+
+def legend(ax, handles=None) -> None:
+    """The legend to the right of the axes; ``handles`` in the order given (else the axes')."""
+    if handles is None:
+        handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5),
+              frameon=False)
+
+
+def legend_labels(ax) -> list[str]:
+    """The texts of the axes' legend, top to bottom ([] without a legend)."""
+    found = ax.get_legend()
+    return [] if found is None else [text.get_text() for text in found.get_texts()]

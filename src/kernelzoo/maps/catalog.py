@@ -1,0 +1,84 @@
+"""The catalog of feature maps: every built-in map registered under its name, the maps of
+installed packages found through their entry points, and a map built by name.
+
+    phi = build_feature_map("dpfp", d_key=64, nu=2)        # phi.d_dot == 256
+    phi = build_feature_map("favor", d_key=64, d_dot=128)  # m resolved from d_dot: m == 128
+
+The maps import ``feature_maps`` (base class, helpers, registry); this module imports them and
+registers the built-in ones in the order of the registry's "valid:" lists.
+"""
+
+import inspect
+
+from kernelzoo.maps import zoo
+from kernelzoo.maps.dpfp import DPFP
+from kernelzoo.maps.base import (ENTRY_POINTS, FEATURE_MAPS, ConfigError, Elu, FeatureMap, Identity,
+                           InfeasibleError, Relu, Softmax, Tanh, Taylor, is_count, register,
+                           require)
+from kernelzoo.maps.random_features import Favor, Trig
+
+BUILT_IN = (Softmax, Identity, Relu, Elu, Tanh, DPFP, Favor, Trig, Taylor, zoo.SquaredRelu,
+            zoo.Sigmoid, zoo.Hedgehog, zoo.T2R, zoo.ReBased, zoo.PolySketch, zoo.CosFormer)
+for _cls in BUILT_IN:
+    register(_cls)
+
+__all__ = ["FEATURE_MAPS", "ConfigError", "InfeasibleError", "build_feature_map", "resolve_params"]
+
+
+PLUGIN_FAILURES: dict[str, str] = {}  # entry point -> why it failed to import
+_LOADED: set[str] = set()
+
+
+def _load_entry_points():
+    """Import every entry point of ENTRY_POINTS not imported yet (a FeatureMap class is
+    registered; a module registers its own maps with @register on import). Each on its own: one
+    that raises, or calls sys.exit, on import is recorded in PLUGIN_FAILURES and the others
+    still load."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINTS):
+        if ep.name in _LOADED or ep.name in PLUGIN_FAILURES:
+            continue
+        try:
+            loaded = ep.load()
+            if isinstance(loaded, type) and issubclass(loaded, FeatureMap):
+                register(loaded)
+        except (Exception, SystemExit) as err:
+            PLUGIN_FAILURES[ep.name] = (f"{ep.name!r} ({ep.value}) failed to import: "
+                                        f"{type(err).__name__}: {err}")
+            continue
+        _LOADED.add(ep.name)
+
+
+def _lookup(name, params):
+    """The class registered as `name`, after checking that it takes every parameter in params."""
+    if name not in FEATURE_MAPS:
+        _load_entry_points()
+    failed = ("; feature map plugins that failed: " + "; ".join(PLUGIN_FAILURES.values())
+              if PLUGIN_FAILURES else "")
+    require(name in FEATURE_MAPS,
+            f"unknown feature map {name!r}; valid: {', '.join(FEATURE_MAPS)}{failed}")
+    cls = FEATURE_MAPS[name]
+    valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "d_key")]
+    for p in params:
+        require(p in valid, f"{name}: unknown parameter {p!r}; valid: {', '.join(valid) or '(none)'}")
+    return cls
+
+
+def resolve_params(name, d_key, d_dot, **params):
+    """Constructor kwargs (including d_key) with which FEATURE_MAPS[name] has this d_dot: nu for
+    dpfp, m for favor and trig, d_key itself for the elementwise maps and taylor. A sizing
+    parameter given explicitly must agree with d_dot (else ConfigError); None means not given."""
+    params = {k: v for k, v in params.items() if v is not None}
+    cls = _lookup(name, params)
+    require(is_count(d_key), f"{name}: d_key must be an integer >= 1, got {d_key!r}")
+    return cls.params_for_d_dot(d_dot, d_key, **params)
+
+
+def build_feature_map(name, *, d_key, d_dot=None, **params):
+    """FEATURE_MAPS[name](d_key=d_key, **params); with d_dot, the sizing parameter is resolved
+    from it first (resolve_params). A parameter given as None takes its default."""
+    params = {k: v for k, v in params.items() if v is not None}
+    if d_dot is None:
+        return _lookup(name, params)(d_key=d_key, **params)
+    return FEATURE_MAPS[name](**resolve_params(name, d_key, d_dot, **params))

@@ -1,0 +1,466 @@
+"""The local results store: one directory per run, independent of wandb.
+
+Layout: ``<results_dir>/<experiment>/runs/<run_id>/`` holding ``config.yaml`` (the resolved
+config), ``curve.csv`` (step, train_loss, eval_loss, eval_accuracy) and ``summary.json``.
+``summary.json`` is written last, by atomic rename, so its presence means "this run is done";
+a directory without it is an interrupted run: a rerun continues it from its ``checkpoint.pt``
+(``checkpoint.py``; the one binary file, read by torch with ``weights_only``) or starts it
+over. A forced rerun of a
+finished run is trained beside it (``staging``) and swapped in whole when complete. Concurrent
+workers claim a run with an OS file lock (``.claim``), which the kernel releases when a worker
+dies. Everything is plain text (YAML, CSV, JSON): reading results never executes code. The
+store follows no link: a run directory, ``runs/`` or the experiment directory that is a link
+is refused before anything is written or deleted (``guard``), and deletion removes a link,
+never what it points to (``remove``).
+
+Every file is written and read through ``files.py``: whole, or reported as damaged.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import errno
+import functools
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import shutil
+from pathlib import Path
+
+import yaml
+from filelock import FileLock, Timeout
+
+from kernelzoo.config import is_name
+from kernelzoo.records.files import StoreError, atomic_write_text, one_line, read_json, read_text
+
+STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
+CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
+SUMMARY_KEYS = (
+    "run_id", "experiment", "task", "feature_map", "feature_map_params", "d_key", "d_dot",
+    "predicted_capacity", "n_keys", "seq_len", "update_rule", "normalisation", "seed",
+    "status", "reason", "steps", "final_eval_loss", "best_eval_loss", "final_eval_accuracy",
+    "wall_seconds", "device", "kernelzoo_version",
+)
+
+
+NUMBER = "a number, null or \"inf\""
+SUMMARY_TYPES = {  # key: (test, what it must be)
+    **{k: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
+       for k in ("d_key", "n_keys", "seed", "steps")},
+    **{k: (lambda v: v is None or isinstance(v, int) and not isinstance(v, bool),
+           "an integer or null") for k in ("d_dot", "predicted_capacity", "seq_len")},
+    **{k: (lambda v: v is None or v in ("inf", "-inf") or isinstance(v, (int, float))
+           and not isinstance(v, bool), NUMBER)
+       for k in ("final_eval_loss", "best_eval_loss", "final_eval_accuracy", "wall_seconds")},
+    **{k: (lambda v: isinstance(v, str), "a string")
+       for k in ("run_id", "feature_map", "update_rule", "status")},
+    "feature_map_params": (lambda v: isinstance(v, dict), "an object"),
+}
+# written by this version, absent from older summaries (read as null): key: (test, what)
+OPTIONAL_SUMMARY_TYPES = {
+    "stall_check_of": (lambda v: v is None or isinstance(v, str) and is_name(v),
+                       "a run id or null"),
+}
+
+
+def _short(value) -> str:
+    if isinstance(value, bool):
+        return "T" if value else "F"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def run_id(identity: dict, params_in_name: dict) -> str:
+    """Readable, deterministic id, e.g. ``dpfp-nu2-dkey64-S260-sum-seed1-3fa9c1d2``.
+
+    ``identity`` is everything that defines the experiment (not logging or launcher settings);
+    its hash makes the id unique. ``params_in_name`` are the feature-map parameters shown. A
+    stall check (``identity["stall_check_of"]``, absent otherwise) ends in ``-check-<hash>``.
+    """
+    blob = json.dumps(identity, sort_keys=True, default=str)
+    digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
+    params = "".join(f"-{k}{_short(v)}" for k, v in params_in_name.items())
+    name = (f"{identity['feature_map']}{params}-dkey{identity['d_key']}-S{identity['n_keys']}"
+            f"-{identity['memory']['update_rule']}-seed{identity['seed']}"
+            f"{'-check' if identity.get('stall_check_of') else ''}-{digest}")
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+@functools.lru_cache(maxsize=1)
+def _conf_digest() -> str:
+    """Digest of every config file (conf/, experiments/) and the version: a change invalidates
+    the point index below."""
+    from kernelzoo import __version__
+
+    root = Path(__file__).resolve().parents[3]
+    h = hashlib.sha1(__version__.encode())
+    for base in ("conf", "experiments"):
+        for f in sorted((root / base).rglob("*.yaml")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _point_file(results_dir, experiment: str, overrides: list[str]) -> Path:
+    key = hashlib.sha1(json.dumps([_conf_digest(), sorted(overrides)]).encode()).hexdigest()
+    return experiment_dir(results_dir, experiment) / "index" / key[:16]
+
+
+def index_point(results_dir, experiment: str, overrides: list[str], rid: str) -> None:
+    """Remember which run a sweep point (its command-line overrides) resolved to."""
+    atomic_write_text(_point_file(results_dir, experiment, overrides), rid + "\n")
+
+
+def point_summary(results_dir, experiment: str, overrides: list[str]) -> dict | None:
+    """The summary of the finished run this exact point names under the current configs, or
+    None (not in the index, not finished, or an unreadable summary: the point's own job
+    reports that). A damaged index entry raises StoreError naming it.
+
+    Lets a rerun of a finished sweep skip its points in milliseconds instead of composing each
+    config, and lets a search read its probes back; a point not in the index simply goes
+    through the normal path (and its job rewrites the entry).
+    """
+    file = _point_file(results_dir, experiment, overrides)
+    try:
+        rid = read_text(file).strip()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise StoreError(f"{file}: not a readable index entry ({err.strerror})") from None
+    if not is_name(rid):
+        raise StoreError(f"{file}: not an index entry (a run id is one path component)")
+    try:
+        summary = read_summary(run_dir(results_dir, experiment, rid))
+    except StoreError:
+        return None
+    wrong = [f"{key} {summary[key]}, not the point's {value}"
+             for key, value in _point_values(overrides).items() if str(summary[key]) != value]
+    if summary["run_id"] != rid or summary["experiment"] != experiment or wrong:
+        raise StoreError(f"{file}: names run {rid}, which is not this point's ("
+                         + ("; ".join(wrong) or "another experiment's or run's summary") + ")")
+    return summary
+
+
+def _point_values(overrides: list[str]) -> dict[str, str]:
+    """The values of a point's overrides that its run's summary records as given."""
+    values = dict(o.lstrip("+").split("=", 1) for o in overrides if "=" in o)
+    return {key: values[key] for key in ("n_keys", "seed", "d_key") if key in values}
+
+
+def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
+    return Path(results_dir) / experiment
+
+
+def run_dir(results_dir: str | Path, experiment: str, rid: str) -> Path:
+    return experiment_dir(results_dir, experiment) / "runs" / rid
+
+
+def guard(results_dir: str | Path, path: Path) -> Path:
+    """``path`` (the experiment directory, ``runs/``, a run directory: anything below
+    ``results_dir``) when nothing from ``results_dir`` down to it is a symbolic link, something
+    other than a directory, or leads out of ``results_dir``; StoreError naming the first that
+    is. Checked before a
+    run's directory is written or cleared, so the store never deletes or writes through a
+    link (``results_dir`` itself may be one)."""
+    root = Path(results_dir)
+    here = root
+    for part in Path(path).relative_to(root).parts:
+        here = here / part
+        if here.is_symlink():
+            raise StoreError(f"{here}: a symbolic link in the store; kernelzoo follows no link "
+                             f"out of {root}: replace it with a directory or use another "
+                             "results_dir")
+        if here.exists() and not here.is_dir():
+            raise StoreError(f"{here}: not a directory, where the store keeps one; valid: "
+                             "rename or remove it")
+    real = Path(os.path.realpath(path))
+    if os.path.lexists(path) and not real.is_relative_to(os.path.realpath(root)):
+        raise StoreError(f"{path}: leads out of {root} (to {real}); valid: a directory inside "
+                         "results_dir")
+    return Path(path)
+
+
+def guard_experiment(results_dir: str | Path, experiment: str) -> None:
+    """``guard`` of the experiment's directories: ``runs/``, ``index/`` and Hydra's ``hydra/``."""
+    for part in ("runs", "index", "hydra"):
+        guard(results_dir, experiment_dir(results_dir, experiment) / part)
+
+
+def sweep_file(exp_dir: str | Path) -> Path:
+    """The sweeper's record of an experiment's invocations: ``{"invocations": [{"points",
+    "outcomes", "wall_seconds", "launcher", "machine", ...}], "wall_seconds": total}``."""
+    return Path(exp_dir) / "sweep.json"
+
+
+def read_sweep(exp_dir: str | Path) -> dict | None:
+    """The sweep record of ``exp_dir``, or None when there is none; StoreError when damaged."""
+    file = sweep_file(exp_dir)
+    history = read_json(file)
+    problem = None if history is None else _sweep_problem(history)
+    if problem:
+        raise StoreError(f"{file}: not a sweep record ({problem})")
+    return history
+
+
+def _sweep_problem(history) -> str | None:
+    """What keeps ``history`` from being a sweep record with the fields the report reads."""
+    number = (int, float)
+    if not isinstance(history, dict) or not isinstance(history.get("invocations"), list):
+        return "no list of invocations"
+    if not isinstance(history.get("wall_seconds"), number):
+        return "no total wall_seconds"
+    for n, i in enumerate(history["invocations"], 1):
+        outcomes = i.get("outcomes", {}) if isinstance(i, dict) else None
+        search = i.get("search", {"rounds": 0}) if isinstance(i, dict) else None
+        if not (isinstance(i, dict) and isinstance(i.get("points"), int)
+                and isinstance(i.get("wall_seconds"), number)
+                and isinstance(outcomes, dict) and all(isinstance(v, int) for v in outcomes.values())
+                and isinstance(search, dict) and isinstance(search.get("rounds"), int)):
+            return f"invocation {n} lacks points, wall_seconds, outcomes or search rounds"
+    return None
+
+
+def search_file(exp_dir: str | Path) -> Path:
+    """The failure-point search's record (``search=bisect``): ``{"series": {key: {"overrides",
+    "d_dot", "spec", "probes", "verdict"}}}``, probes ``{"n_keys", "round", "why", "run_id",
+    "fails"}`` in the order they were asked for."""
+    return Path(exp_dir) / "search.json"
+
+
+def read_search(exp_dir: str | Path) -> dict | None:
+    """The search record of ``exp_dir``: {series key: series}, or None when there is none;
+    StoreError when damaged."""
+    file = search_file(exp_dir)
+    record = read_json(file)
+    if record is None:
+        return None
+    try:
+        return {k: v for k, v in record["series"].items() if isinstance(v.get("probes"), list)}
+    except (KeyError, TypeError, AttributeError) as err:
+        raise StoreError(f"{file}: not a search record ({type(err).__name__}: {err})") from None
+
+
+def set_aside(file: Path, problem: StoreError) -> str:
+    """Rename a damaged record out of the way (never delete it); the warning to print."""
+    aside = file.with_name(file.name + ".damaged")
+    os.replace(file, aside)
+    return f"warning: {problem}; kept as {aside.name}, starting a new record"
+
+
+def trained_points(invocation: dict) -> int:
+    """Points an invocation ran rather than skipped (all of them for a record without outcomes)."""
+    return invocation["points"] - invocation.get("outcomes", {}).get("skipped", 0)
+
+
+def finished_points(invocation: dict) -> int:
+    """Runs an invocation's outcomes count as ended, skipped and failed ones aside. For an
+    interrupted one, the jobs that ended before the signal (records older than that count only
+    whole launcher batches or search rounds)."""
+    return sum(n for k, n in invocation.get("outcomes", {}).items()
+               if k not in ("skipped", "failed"))
+
+
+def experiment_points(history: dict | None) -> int | None:
+    """The experiment's size (every grid's points) as its sweep records state it, or None when
+    no record does (a search, or records older than ``experiment_points``)."""
+    known = [i["experiment_points"] for i in (history or {}).get("invocations", [])
+             if "experiment_points" in i]
+    return max(known) if known else None
+
+
+def cpu_model() -> str:
+    """The CPU's model name, recorded with sweeps and benchmarks."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine() or "unknown"
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    missing = [k for k in SUMMARY_KEYS if k not in summary]
+    if missing:
+        raise ValueError(f"summary lacks {missing}")
+    atomic_write_text(path / "summary.json", json.dumps(_json_safe(summary), indent=2) + "\n")
+
+
+def read_summary(path: Path) -> dict:
+    """Read and check one ``summary.json`` (keys, types, status); raise StoreError naming the
+    file and what is wrong if it is bad."""
+    file = path / "summary.json" if path.is_dir() else path
+    try:
+        summary = json.loads(read_text(file))
+    except (OSError, json.JSONDecodeError) as err:
+        raise StoreError(f"{file}: not a readable summary ({err})") from None
+    if not isinstance(summary, dict):
+        raise StoreError(f"{file}: not a readable summary (expected a JSON object)")
+    missing = [k for k in SUMMARY_KEYS if k not in summary]
+    if missing:
+        raise StoreError(f"{file}: summary lacks {', '.join(missing)}")
+    for key, (ok, what) in SUMMARY_TYPES.items():
+        if not ok(summary[key]):
+            raise StoreError(f"{file}: {key} is {json.dumps(summary[key])[:40]}, not {what}")
+    for key, (ok, what) in OPTIONAL_SUMMARY_TYPES.items():
+        summary.setdefault(key, None)
+        if not ok(summary[key]):
+            raise StoreError(f"{file}: {key} is {json.dumps(summary[key])[:40]}, not {what}")
+    if summary["status"] not in STATUSES:
+        raise StoreError(f"{file}: status {summary['status']!r} is not one of {', '.join(STATUSES)}")
+    return summary
+
+
+def read_config(path: Path) -> dict:
+    """The run's ``config.yaml``; {} when it is missing; StoreError naming it when it is no
+    regular file, not UTF-8 or not a YAML mapping."""
+    file = path / "config.yaml"
+    try:
+        value = yaml.safe_load(read_text(file))
+    except FileNotFoundError:
+        return {}
+    except (OSError, yaml.YAMLError) as err:
+        raise StoreError(f"{file}: not a readable config ({one_line(err).splitlines()[0]})") \
+            from None
+    if value is not None and not isinstance(value, dict):
+        raise StoreError(f"{file}: not a config (a YAML mapping)")
+    return value or {}
+
+
+def config_value(cfg: dict, key: str):
+    """A dotted ``key`` (``"trainer.stop_loss"``) of a config read by ``read_config``; None when
+    it is missing."""
+    for part in key.split("."):
+        cfg = cfg.get(part) if isinstance(cfg, dict) else None
+    return cfg
+
+
+def read_config_value(path: Path, key: str):
+    """A dotted ``key`` of the run's ``config.yaml``; None when the file or the key is missing
+    or the file is damaged (``read_config`` names it)."""
+    try:
+        return config_value(read_config(path), key)
+    except StoreError:
+        return None
+
+
+def is_done(path: Path) -> bool:
+    """True when the run at ``path`` has its summary (a regular file: a FIFO is no result)."""
+    return (path / "summary.json").is_file()
+
+
+class CurveWriter:
+    """Append rows to ``curve.csv``, flushed per row so a killed run leaves a readable prefix.
+    A run continued from its checkpoint at step ``after`` keeps the rows up to that step."""
+
+    def __init__(self, path: Path, after: int | None = None):
+        file = path / "curve.csv"
+        if after is not None:  # whole rows up to ``after`` (a kill may have cut the last row)
+            rows = [row for row in csv.reader(read_text(file).splitlines()[1:])
+                    if len(row) == len(CURVE_COLUMNS) and row[0].isdigit() and int(row[0]) <= after]
+            text = io.StringIO()
+            csv.writer(text).writerows([CURVE_COLUMNS, *rows])
+            atomic_write_text(file, text.getvalue())
+        self.file = open(file, "w" if after is None else "a", newline="")
+        self.writer = csv.writer(self.file)
+        if after is None:
+            self.writer.writerow(CURVE_COLUMNS)
+
+    def write(self, step: int, train_loss: float, eval_loss: float, eval_accuracy: float) -> None:
+        self.writer.writerow([step, f"{train_loss:.6g}", f"{eval_loss:.6g}", f"{eval_accuracy:.6g}"])
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class Claim:
+    """An exclusive, non-blocking claim on a run directory.
+
+    Uses an OS-level lock (``fcntl.flock`` through ``filelock``), so a worker killed with
+    SIGKILL releases it at once; two sweeps on one results directory never train a run twice.
+    """
+
+    def __init__(self, path: Path):
+        path.mkdir(parents=True, exist_ok=True)
+        lock = path / ".claim"
+        if lock.is_symlink():  # the lock's open truncates: never through a link
+            lock.unlink()
+        self.lock = FileLock(str(path / ".claim"), timeout=0)
+
+    def __enter__(self) -> bool:
+        try:
+            self.lock.acquire()
+        except Timeout:
+            return False
+        return True
+
+    def __exit__(self, *exc) -> None:
+        if self.lock.is_locked:
+            self.lock.release()
+
+
+def reset(path: Path, keep: tuple[str, ...] = ()) -> None:
+    """Remove what an interrupted attempt left in a run directory but ``keep`` (never its claim
+    lock); a link is removed, never what it points to."""
+    for child in path.iterdir():
+        if child.name == ".claim" or child.name in keep:
+            continue
+        remove(child)
+
+
+def remove(path: Path) -> None:
+    """Delete ``path``: a directory with everything in it, anything else (a link, even to a
+    directory) as the one entry it is; never across a link."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
+def staging(path: Path) -> Path:
+    """An empty directory beside the finished run at ``path`` (hidden from readers), where a
+    forced rerun is trained; what an interrupted forced rerun left there is removed."""
+    new = path.parent / f".{path.name}.next"
+    remove(new)
+    new.mkdir()
+    return new
+
+
+def swap_in(new: Path, path: Path) -> None:
+    """Put the complete run directory ``new`` in the place of ``path`` and remove the replaced
+    one. On Linux the two trade places in one step (renameat2 RENAME_EXCHANGE); where that is
+    not available, ``path`` is renamed aside first, so for an instant neither is in place (a
+    rerun then trains it again; nothing is lost)."""
+    try:
+        _exchange(new, path)
+    except OSError:
+        aside = path.parent / f".{path.name}.old"
+        os.replace(path, aside)
+        os.replace(new, path)
+        new = aside
+    remove(new)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two directory entries atomically (Linux renameat2 with RENAME_EXCHANGE)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE
+    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(a))

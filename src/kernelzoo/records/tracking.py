@@ -1,0 +1,228 @@
+"""Weights & Biases glue, kept apart from training and analysis.
+
+Mode: ``WANDB_MODE`` when set; otherwise ``online`` when the user is logged in (an API key in
+``WANDB_API_KEY`` or in ``~/.netrc`` for the wandb host), else ``offline``. Never hard-coded.
+Offline files go under ``<results_dir>/wandb`` and ``make sync`` uploads them.
+
+Without network, online runs would each wait for wandb's timeout. So before going online a
+process checks that the server (or the proxy to it) answers a TCP connection within a few
+seconds; the first failure warns once and leaves a marker, ``<results_dir>/wandb/unreachable``,
+that sends every later run of the sweep (other workers included) and the analysis offline for
+``OFFLINE_FOR`` seconds. A sweep checks afresh when it starts (``check_server``). A run that
+still cannot start wandb warns and goes on untracked: the local results store is the source of
+truth, wandb only a view of it. ``log_dashboard`` logs an analysis (its capacity table and
+figures) as one run of the experiment's group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import netrc
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+from omegaconf import OmegaConf
+
+from kernelzoo.records import files
+
+PROJECT = "kernelzoo"
+CONNECT_TIMEOUT = 3.0  # seconds for the server to answer
+OFFLINE_FOR = 30 * 60  # seconds a failure keeps this results directory's runs offline
+
+
+def server_url() -> str:
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+
+
+def logged_in() -> bool:
+    """True when an API key is available without asking the network."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(server_url()).hostname
+    path = os.environ.get("NETRC", str(Path.home() / ".netrc"))
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def marker(results_dir: str | Path) -> Path:
+    return Path(results_dir) / "wandb" / "unreachable"
+
+
+def _unreachable_since(results_dir: str | Path) -> str | None:
+    """When a recent failure to reach the server was recorded for ``results_dir``, or None."""
+    try:
+        age = time.time() - marker(results_dir).stat().st_mtime
+    except OSError:
+        return None
+    return time.strftime("%H:%M", time.localtime(time.time() - age)) if age < OFFLINE_FOR else None
+
+
+def _chosen_mode() -> tuple[str, str]:
+    """(mode, why) as the environment and the login choose it."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"], "WANDB_MODE is set"
+    if not logged_in():
+        return "offline", "not logged in to wandb (run `wandb login`, then `make sync`)"
+    return "online", "logged in to wandb"
+
+
+def resolve_mode(results_dir: str | Path | None = None) -> tuple[str, str]:
+    """(mode, why): the wandb mode this process will use and the reason, for one log line:
+    the chosen one, but offline while a recent failure to reach the server is recorded."""
+    mode, why = _chosen_mode()
+    since = _unreachable_since(results_dir) if results_dir is not None else None
+    if mode == "online" and since:
+        return "offline", (f"the wandb server was unreachable at {since}; `make sync` uploads "
+                           f"later, or remove {marker(results_dir)} to retry at once")
+    return mode, why
+
+
+def unreachable(url: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
+    """Why the server at ``url`` (through the proxy the environment names for it, if any)
+    does not accept a connection within ``timeout`` seconds, name lookup included; None if it
+    does."""
+    target = urlparse(url)
+    proxy = urllib.request.getproxies().get(target.scheme)
+    if proxy and not urllib.request.proxy_bypass(target.hostname or ""):
+        target = urlparse(proxy if "//" in proxy else f"http://{proxy}")
+    port = target.port or (443 if target.scheme == "https" else 80)
+    outcome: list[str | None] = []
+
+    def connect():
+        try:
+            socket.create_connection((target.hostname, port), timeout=timeout).close()
+            outcome.append(None)
+        except OSError as err:
+            outcome.append(err.strerror or str(err) or type(err).__name__)
+
+    worker = threading.Thread(target=connect, daemon=True)  # name lookup ignores timeouts
+    worker.start()
+    worker.join(timeout)
+    return outcome[0] if outcome else f"no answer in {timeout:g} s"
+
+
+def _go_offline(results_dir: str | Path, problem: str) -> None:
+    """Record the failure for the rest of the sweep, with the one warning it costs."""
+    files.atomic_write_text(marker(results_dir), f"{server_url()}: {problem}\n")
+    print(f"warning: wandb server {server_url()} unreachable ({problem}); this run and the "
+          f"rest of the sweep log offline to {Path(results_dir) / 'wandb'} for "
+          f"{OFFLINE_FOR // 60} min (`make sync` uploads them)", file=sys.stderr)
+
+
+def check_server(results_dir: str | Path) -> None:
+    """At the start of a sweep that would go online: reach the server once, afresh; on failure
+    warn once and send the sweep's runs offline, on success clear an old failure."""
+    if _chosen_mode()[0] != "online":
+        return
+    problem = unreachable(server_url())
+    if problem:
+        _go_offline(results_dir, problem)
+    else:
+        marker(results_dir).unlink(missing_ok=True)
+
+
+class Tracker:
+    """One wandb run; every method is a no-op when tracking is off or wandb failed to start."""
+
+    def __init__(self, run=None):
+        self.run = run
+
+    def log(self, metrics: dict, step: int | None = None) -> None:
+        if self.run is not None:
+            self.run.log(metrics, step=step)
+
+    def summary(self, values: dict) -> None:
+        if self.run is not None:
+            self.run.summary.update(values)
+
+    def finish(self, exit_code: int = 0) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=exit_code)
+            self.run = None
+
+
+def start(
+    enabled: bool,
+    results_dir: str | Path,
+    *,
+    project: str = PROJECT,
+    entity: str | None = None,
+    group: str,
+    name: str,
+    config: dict,
+    tags: list[str] | None = None,
+    job_type: str = "train",
+    echo=print,
+) -> Tracker:
+    """Start a wandb run (or a disabled tracker) and say in one line where it goes."""
+    if not enabled:
+        return Tracker()
+    mode, why = resolve_mode(results_dir)
+    if mode == "disabled":
+        echo(f"wandb: disabled ({why})")
+        return Tracker()
+    if mode == "online":
+        problem = unreachable(server_url())
+        if problem:
+            _go_offline(results_dir, problem)
+            mode, why = resolve_mode(results_dir)
+    wandb_dir = Path(results_dir).resolve()
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        import wandb
+
+        run = wandb.init(
+            project=project,
+            entity=entity,
+            group=group,
+            name=name,
+            id=None,
+            config=config,
+            tags=tags,
+            job_type=job_type,
+            dir=str(wandb_dir),
+            mode=mode,
+            reinit="create_new",  # a pack trains (and logs) several runs at once
+            settings=wandb.Settings(silent=True, console="off",
+                                    init_timeout=float(os.environ.get("WANDB_INIT_TIMEOUT", 30))),
+        )
+    except Exception as err:  # wandb must never cost a run: the local store is complete anyway
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        print(f"warning: wandb could not start ({type(err).__name__}: {first}); "
+              "the run goes on, results are in the local store", file=sys.stderr)
+        return Tracker()
+    where = run.dir if mode == "offline" else getattr(run, "url", None) or run.dir
+    echo(f"wandb: {mode} ({why}) -> {where}")
+    return Tracker(run)
+
+
+def log_dashboard(cfg, capacity, figures: list[Path]) -> None:
+    """Log an analysis' capacity table (a DataFrame) and figures (PNG paths) to wandb as one
+    ``analysis`` run of the experiment's group; ``cfg`` is the analysis config. A failure is
+    one warning line, nothing more."""
+    tracker = start(
+        True, cfg.results_dir, project=cfg.logger.get("project") or PROJECT,
+        entity=cfg.logger.get("entity"), group=cfg.experiment, name=f"{cfg.experiment}-analysis",
+        config=OmegaConf.to_container(cfg), job_type="analysis")
+    if tracker.run is None:
+        return
+    try:
+        import wandb
+
+        table = capacity.astype(object).where(capacity.notna(), None)
+        tracker.run.log({"capacity": wandb.Table(dataframe=table),
+                         **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures}})
+        tracker.finish()
+    except Exception as err:  # the dashboard is a view: local outputs are already complete
+        print(f"warning: wandb logging failed ({type(err).__name__}: {err}); "
+              "the local outputs are complete", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            tracker.finish(exit_code=1)
