@@ -35,10 +35,10 @@ from pathlib import Path
 import hydra
 import numpy as np
 import pandas as pd
-from hydra._internal.utils import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import config
+from kernelzoo.hydra_adapter import args_parser
 from kernelzoo.analysis import plots, prediction, published, rank_bound, scaling, settings, stalls
 from kernelzoo.records import tracking
 from kernelzoo.analysis.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
@@ -331,7 +331,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Console entry point: the command line is composed and checked as Hydra will run it, so
     a bad value is one line and exit code 2 before anything is read or written."""
-    args = get_args_parser().parse_args(sys.argv[1:])
+    args = args_parser().parse_args(sys.argv[1:])
     if args.help:  # what the analysis takes and writes, not Hydra's listing of train's groups
         title, usage = __doc__.split("\n\n")[:2]
         print(f"usage:\n{usage}\n\n{title} Writes runs.parquet, capacity.csv, scaling.csv, the "

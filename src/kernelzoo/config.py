@@ -13,6 +13,7 @@ constructors (``feature_maps.py``): the schema only says that ``feature_map`` na
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import re
 import tempfile
@@ -29,7 +30,8 @@ from hydra.types import RunMode
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-CONF = Path(__file__).resolve().parents[2] / "conf"  # the repo's conf/
+CONF = Path(importlib.util.find_spec("kernelzoo.conf").submodule_search_locations[0])  # conf/
+EXPERIMENTS = CONF / "experiments"  # the named sweeps: the repo's experiments/, linked into conf/
 UPDATE_RULES = ("sum", "delta", "fwm")
 NORMALISATIONS = ("attention", "sum", "none")
 SEED_MAX = 2**63 - 1  # torch generators take 64 bits; the evaluation stream adds an offset

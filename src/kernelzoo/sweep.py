@@ -9,9 +9,8 @@ only what is missing.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+from kernelzoo.config import EXPERIMENTS
 
 
 def available() -> list[str]:

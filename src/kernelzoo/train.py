@@ -21,7 +21,6 @@ from pathlib import Path
 
 import hydra
 import torch
-from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -31,6 +30,7 @@ from kernelzoo import __version__, config
 from kernelzoo.records import files, interrupt, progress, store, tracking
 from kernelzoo.training import checkpoint
 from kernelzoo.config import UsageError
+from kernelzoo.hydra_adapter import args_parser
 from kernelzoo.maps.catalog import ConfigError, InfeasibleError, build_feature_map, resolve_params
 from kernelzoo.training.devices import check_memory, require, resolve_device
 from kernelzoo.training.pack import step_cost
@@ -315,7 +315,7 @@ def precheck(argv: list[str]) -> None:
     map, memory estimate), then its results_dir is created and proved writable; a sweep's
     points are each checked by the sweeper. Hydra's own requests (--help, --cfg, --info, another config
     directory) are left to Hydra."""
-    args = get_args_parser().parse_args(argv)
+    args = args_parser().parse_args(argv)
     if any((args.help, args.hydra_help, args.cfg, args.info, args.shell_completion,
             args.experimental_rerun, args.config_path, args.config_dir)):
         return

@@ -29,13 +29,13 @@ from collections import Counter
 from pathlib import Path
 
 from filelock import FileLock
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from kernelzoo import config
+from kernelzoo.hydra_adapter import sweeper_base
 from kernelzoo.records import files, interrupt, progress, store, tracking
 from kernelzoo.words import plural
 
@@ -64,7 +64,7 @@ def batch_size(max_batch_size: int | None, launcher) -> int | None:
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
 
 
-class GridSweeper(BasicSweeper):
+class GridSweeper(sweeper_base()):
     def __init__(self, max_batch_size=None, params=None, grids=None):
         super().__init__(max_batch_size=max_batch_size, params=params or {})
         self.grids = list(grids or [{}])

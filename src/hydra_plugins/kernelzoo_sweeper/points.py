@@ -18,7 +18,6 @@ import copy
 import shutil
 import sys
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -27,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from kernelzoo import config
 from kernelzoo.config import UsageError
+from kernelzoo.hydra_adapter import apply_overrides
 
 
 def override_key(override: str) -> str:
@@ -74,8 +74,7 @@ class Composer:
             HydraConfig.instance().set_config(full)
             self.current = full
         job = copy.deepcopy(job)
-        ConfigLoaderImpl._apply_overrides_to_config(
-            [o for o in parsed if not self._chooses(o)], job)
+        apply_overrides([o for o in parsed if not self._chooses(o)], job)
         return job
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 from filelock import FileLock, Timeout
 
-from kernelzoo.config import is_name
+from kernelzoo.config import CONF, EXPERIMENTS, is_name
 from kernelzoo.records.files import StoreError, atomic_write_text, one_line, read_json, read_text
 
 STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
@@ -97,11 +97,14 @@ def _conf_digest() -> str:
     the point index below."""
     from kernelzoo import __version__
 
-    root = Path(__file__).resolve().parents[3]
+    root = CONF.parent
     h = hashlib.sha1(__version__.encode())
-    for base in ("conf", "experiments"):
-        for f in sorted((root / base).rglob("*.yaml")):
-            h.update(str(f.relative_to(root)).encode())
+    for base in (CONF, EXPERIMENTS):
+        for f in sorted(base.rglob("*.yaml")):
+            if base is CONF and EXPERIMENTS in f.parents:
+                continue  # counted below, under its own name
+            name = f.relative_to(EXPERIMENTS.parent if base is EXPERIMENTS else root)
+            h.update(str(name).encode())
             h.update(f.read_bytes())
     return h.hexdigest()
 
