@@ -274,6 +274,7 @@ def analyze(cfg: DictConfig) -> None:
         prediction.add_columns(table, runs), points,
         lambda label, n, loss: loss_failure(n, loss, np.zeros(len(n), bool), cfg.threshold,
                                             bounds[label]))
+    capacity = published.verdict_column(capacity, seeds)
     reference = experiment_dir(cfg.get("reference_dir") or exp_dir.parent, cfg.experiment)
     capacity = published.reference_columns(
         capacity, None if reference.resolve() == exp_dir.resolve() else reference / "capacity.csv")

@@ -33,7 +33,7 @@ CSV = "published_figure2.csv"
 AUTHORS_FAVOR = {"variant": "hyperbolic", "orthogonal": True, "redraw": "every_call",
                  "input_scale": 1.0, "stabilize": False}
 UPDATE_RULES = {"cat": "sum"}  # the authors' name -> this suite's
-PUBLISHED_COLUMNS = ("published_capacity", "published_outcome")
+PUBLISHED_COLUMNS = ("published_capacity", "published_outcome", "published_verdict")
 REFERENCE_COLUMNS = ("reference_capacity", "reference_outcome")
 POINT_COLUMNS = ("label", "source", "n_keys", "final_eval_loss", "steps")
 
@@ -101,6 +101,43 @@ def capacity_columns(capacity: pd.DataFrame, published_points: pd.DataFrame,
                                       for label in capacity["label"]]
     capacity["published_outcome"] = [results[label].outcome if label in results else None
                                      for label in capacity["label"]]
+    return capacity
+
+
+def verdict(published_value: float, published_outcome, seeds: pd.DataFrame, low: float,
+            high: float) -> str | None:
+    """Where the authors' one run lies against this configuration's seeds, in the loss view.
+
+    The published point is one run (seed 1), so it is set against two intervals: the median's
+    order-statistic interval (``ci_low``..``ci_high``, its level in ``ci_level``) and the range of
+    the seeds, which holds one more run with probability (n - 1) / (n + 1) whatever the
+    distribution (a distribution-free prediction interval: 67% for 5 seeds). Verdicts:
+    "inside the interval", "inside the range" (outside the median's interval, inside the seeds'
+    range), "outside"; for bounds (every probe failing, or none), "same bound" when the seeds all
+    end in the published bound and "other outcome" otherwise; "one seed" with fewer than two."""
+    if published_outcome is None or (isinstance(published_outcome, float)
+                                     and math.isnan(published_outcome)):
+        return None
+    seeds = seeds[seeds["outcome"] != "no_data"]
+    if len(seeds) < 2:
+        return "one seed"
+    if published_outcome != "fails_at" or set(seeds["outcome"]) != {"fails_at"}:
+        same = set(seeds["outcome"]) == {published_outcome} and \
+            bool((seeds["value"] == published_value).all())
+        return "same bound" if same else "other outcome"
+    if low <= published_value <= high:
+        return "inside the interval"
+    if seeds["value"].min() <= published_value <= seeds["value"].max():
+        return "inside the range"
+    return "outside"
+
+
+def verdict_column(capacity: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
+    """``capacity`` with ``published_verdict`` (``verdict``) for the authors' configurations."""
+    capacity = capacity.copy()
+    capacity["published_verdict"] = [
+        verdict(r.published_capacity, r.published_outcome, seeds[seeds["label"] == r.label],
+                r.ci_low, r.ci_high) for r in capacity.itertuples()]
     return capacity
 
 

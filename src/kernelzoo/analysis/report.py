@@ -469,9 +469,11 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     theirs = capacity[capacity["published_outcome"].notna()]
     if len(theirs):
         lines += ["", "Observed against published failure points (the same rule over the "
-                  "authors' losses): " + "; ".join(f"{r.label} {observed(r)} against "
-                                                    f"{published(r)}"
-                                                    for r in theirs.itertuples()) + "."]
+                  "authors' losses; with seeds, where their one run lies: inside the median's "
+                  "interval, inside the seeds' range, or outside, `published.verdict`): "
+                  + "; ".join(f"{r.label} {observed(r)} against {published(r)}"
+                              + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
+                                 else "") for r in theirs.itertuples()) + "."]
     lines += ["", *efficiency_table(capacity), *update_rules.section(capacity, runs),
               *learning_rate.section(capacity),
               *scaling.section(families), *rank_bound_section(capacity, runs),
