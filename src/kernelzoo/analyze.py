@@ -6,19 +6,19 @@
 Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model) and,
 for a failure-point search, ``search.json`` (why each probe was trained), saves them as
 ``runs.parquet`` and writes ``capacity.csv``, ``scaling.csv`` (``scaling.py``: each family's failure
-points against d_dot, n* = a d_dot^b with bootstrap intervals), the figures (``plots.py``,
+points against d_dot, n* = a d_dot^b with t intervals), the figures (``plots.py``,
 ``heatmaps.py``; PNG and SVG) and ``report.md`` (``report.py``) beside it, each atomically.
 Configurations that are one of the authors' Figure 2 configurations (``published.py``) also get the
 failure point of the authors' published losses by the same rule (``published_capacity``,
 ``published_outcome``); every configuration gets the failure point of the committed reference runs
-of the same experiment (``reference_capacity``, ``reference_outcome``) and the effective rank its
-written keys' features reach at its failure point (``prediction.py``: ``effective_rank_at_failure``,
-``rank_ratio``). Grids and the sparse, irregular n_keys of a search are read alike. Partial sweeps
-are analysed as far as they go; run directories without a summary, damaged files (a summary with
-wrong types, a non-numeric curve, a FIFO, an unreadable sweep.json or search.json: each named with
-what is wrong) and grid holes are listed in the report. Runs that stalled (``stalls.py``) are marked
-in runs.parquet (``stalled``), set aside by the failure-point rule and listed in the report. Nothing
-is ever deleted. The command line is checked against ``kernelzoo.config.AnalyzeConfig`` before
+of the same experiment (``reference_capacity``, ``reference_outcome``) and the ranks of its written
+keys' features measured at the n_keys = d_dot probe, before its failure point is known
+(``prediction.py``: ``rank_at_d_dot`` and the like). Grids and the sparse, irregular n_keys of a
+search are read alike. Partial sweeps are analysed as far as they go; run directories without a
+summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
+sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
+report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``), set aside by
+the failure-point rule and listed in the report. Nothing is ever deleted. The command line is checked against ``kernelzoo.config.AnalyzeConfig`` before
 anything runs. The failure-point rule is in ``capacity.py`` (and in every report); the wandb
 dashboard in ``tracking.log_dashboard``.
 """
@@ -281,7 +281,7 @@ def analyze(cfg: DictConfig) -> None:
     atomic_write_text(exp_dir / "scaling.csv", scaling.table(families).to_csv(index=False))
     search = is_search(runs)  # sparse probes: no grid to fill
     curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
-    figures, omitted = plots.all_figures(runs, capacity, points, curves, families, exp_dir,
+    figures, omitted = plots.all_figures(runs, seeds, capacity, points, curves, families, exp_dir,
                                          cfg.threshold, cfg.accuracy_threshold, search)
     report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, checked,
                                    families, missing, damaged,

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kernelzoo.intervals import median_interval
+from kernelzoo.intervals import describe, median_interval
 from kernelzoo.style import natural_key
 
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule", "lr")
@@ -230,3 +230,15 @@ def capacity_table(runs: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
         table[key] = pd.to_numeric(table[key]).astype("Int64")
     order = sorted(range(len(table)), key=lambda i: natural_key(table["label"].iloc[i]))
     return table.iloc[order].reset_index(drop=True)
+
+
+def interval_words(view: str, n_seeds: int, outcome: str) -> str:
+    """What a configuration's interval in ``view`` is (``_view``): one seed's bracket [last
+    pass, first fail], the order-statistic interval over its seeds with its level
+    (``intervals.describe``), or none (one seed with a bound, or in the keys-retrieved view)."""
+    if outcome == "no_data" or not n_seeds:
+        return "none"
+    if n_seeds == 1:
+        return ("bracket: one seed's [last pass, first fail]"
+                if outcome == "fails_at" and view != "keys_retrieved" else "one seed: no interval")
+    return describe(int(n_seeds))
