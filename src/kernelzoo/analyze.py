@@ -20,7 +20,7 @@ sweep.json or search.json: each named with what is wrong) and grid holes are lis
 report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``), set aside by
 the failure-point rule and listed in the report. Nothing is ever deleted. The command line is checked against ``kernelzoo.config.AnalyzeConfig`` before
 anything runs. The failure-point rule is in ``capacity.py`` (and in every report); the wandb
-dashboard in ``tracking.log_dashboard``.
+dashboard's tables in ``dashboard_tables``, its charts in ``tracking.log_dashboard``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import (config, plots, prediction, published, rank_bound, scaling, settings,
                        stalls, tracking)
-from kernelzoo.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
+from kernelzoo.capacity import (CONFIG_KEYS, RULE, by_view, capacity_table, loss_failure,
+                                seed_table)
 from kernelzoo.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.report import write_report
 from kernelzoo.store import (CURVE_COLUMNS, config_value, experiment_dir, read_config,
@@ -244,6 +245,29 @@ def add_stall_columns(table: pd.DataFrame, runs: pd.DataFrame, checks: pd.DataFr
     return table
 
 
+def dashboard_tables(runs: pd.DataFrame, capacity: pd.DataFrame,
+                     families: list[scaling.Family]) -> dict[str, pd.DataFrame]:
+    """The tables of the wandb dashboard (``tracking.log_dashboard``), each with feature_map and
+    view columns to filter by: capacity (``capacity.by_view``), efficiency
+    (``scaling.efficiency_table``), scaling (``scaling.csv``) and keys: per configuration, view
+    and n_keys the median over seeds of the final eval loss, accuracy or keys retrieved (no
+    value where the run diverged), one ``series`` per configuration (a search's: per seed)."""
+    feasible = runs[runs["status"] != "infeasible"]
+    diverged = feasible["status"].eq("diverged")
+    series = feasible["label"] if not is_search(runs) else \
+        feasible["label"] + " seed " + feasible["seed"].astype(str)
+    values = {"loss": feasible["final_eval_loss"], "accuracy": feasible["final_eval_accuracy"],
+              "keys_retrieved": feasible["n_keys"] * feasible["final_eval_accuracy"]}
+    keys = pd.concat([
+        feasible[["feature_map", "label", "update_rule", "n_keys"]]
+        .assign(series=series, view=view, value=value.where(~diverged).astype(float))
+        .groupby(["feature_map", "label", "update_rule", "series", "view", "n_keys"])["value"]
+        .agg(value="median", seeds="size").reset_index() for view, value in values.items()],
+        ignore_index=True)
+    return {"capacity": by_view(capacity), "efficiency": scaling.efficiency_table(capacity),
+            "scaling": scaling.table(families), "keys": keys}
+
+
 def analyze(cfg: DictConfig) -> None:
     """Load, compute failure points, write runs.parquet, capacity.csv, scaling.csv, figures
     and report.md."""
@@ -292,7 +316,7 @@ def analyze(cfg: DictConfig) -> None:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {plural(len(runs), 'run')} of {cfg.experiment} -> {report}")
     if cfg.logger.get("name") != "none":
-        tracking.log_dashboard(cfg, capacity, figures)
+        tracking.log_dashboard(cfg, dashboard_tables(runs, capacity, families), figures)
 
 
 def _experiments(results_dir: str) -> str:

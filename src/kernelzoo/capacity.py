@@ -242,3 +242,26 @@ def interval_words(view: str, n_seeds: int, outcome: str) -> str:
         return ("bracket: one seed's [last pass, first fail]"
                 if outcome == "fails_at" and view != "keys_retrieved" else "one seed: no interval")
     return describe(int(n_seeds))
+
+
+def by_view(capacity: pd.DataFrame) -> pd.DataFrame:
+    """``capacity`` with one row per configuration and view, for filtering by map and view:
+    the configuration (label, CONFIG_KEYS, predicted capacity, seeds, rank bound), ``view``, and
+    the view's failure_point, ci_low, ci_high, interval (``interval_words``), outcome and ratio;
+    the authors' published failure point beside the loss view only."""
+    keep = [c for c in ("label", *CONFIG_KEYS, "predicted_capacity", "n_seeds", "rank_bound")
+            if c in capacity]
+    frames = []
+    for view in VIEWS:
+        s = SUFFIX[view]
+        part = capacity[keep].assign(
+            view=view, failure_point=capacity[f"observed_capacity{s}"],
+            ci_low=capacity[f"ci_low{s}"], ci_high=capacity[f"ci_high{s}"],
+            interval=[interval_words(view, n, o) for n, o in
+                      zip(capacity["n_seeds"], capacity[f"outcome{s}"])],
+            outcome=capacity[f"outcome{s}"], ratio=capacity[f"ratio{s}"])
+        for column in ("published_capacity", "published_outcome"):
+            if column in capacity:
+                part[column] = capacity[column] if view == "loss" else None
+        frames.append(part)
+    return pd.concat(frames, ignore_index=True)
