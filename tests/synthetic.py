@@ -68,3 +68,41 @@ def analyze_store(results: Path, experiment: str, threshold: float = 0.01) -> Pa
                                       "threshold": threshold, "accuracy_threshold": 0.99,
                                       "logger": {"name": "none"}}))
     return results / experiment
+
+
+REPLACEMENT = "task:\n  replacement: true\n"  # config.yaml lines of Setting 2
+
+
+def write_grid_store(exp_dir: Path) -> None:
+    """Setting 1 at d_key 64: ELU+1 (d_dot 64), DPFP-1 and DPFP-2 (128, 256; one family at two
+    levels) with 3 seeds each, failing a little past d_dot, the seeds apart; FAVOR+ m=32
+    (d_dot 64) with one seed, failing past 40; ReLU and ReLU² at d_dot 65 and 66, beside ELU+1's
+    64; their losses crossing tau between two grid points."""
+    grid = [16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 320]
+    for seed, shift in ((1, 0), (2, 16), (3, 32)):
+        for d_dot, config in ((64, {}), (128, dict(feature_map="dpfp", params={"nu": 1})),
+                              (256, dict(feature_map="dpfp", params={"nu": 2}))):
+            write_series(exp_dir, {n: 1e-4 if n <= d_dot - 32 + shift else 0.3 for n in grid},
+                         seed=seed, d_dot=d_dot, **config)
+    write_series(exp_dir, {n: 1e-4 if n <= 32 else 0.3 for n in grid[:6]}, feature_map="favor",
+                 params={"m": 32}, d_dot=64)
+    for fmap, d_dot in (("relu", 65), ("squared_relu", 66)):
+        write_series(exp_dir, {n: 1e-4 if n <= 48 else 0.3 for n in grid[:6]}, feature_map=fmap,
+                     d_dot=d_dot)
+
+
+def write_update_store(exp_dir: Path) -> None:
+    """A Figure 3-like store, keys drawn with replacement, one seed: ELU+1 delta failing past 40;
+    FAVOR+ m=32 delta diverging at 60 and 100 (finite at 80 alone between them); DPFP-1 fwm at
+    its floor 0.5 / S at 20 keys, far above it beyond."""
+    grid = [20, 40, 60, 80, 100]
+    common = dict(update_rule="delta", task="update", config=REPLACEMENT)
+    write_series(exp_dir, {n: 1e-3 if n <= 40 else 0.2 for n in grid}, **common)
+    for n in grid:
+        diverged = n in (60, 100)
+        write_run(exp_dir, n_keys=n, loss=None if diverged else 0.3, feature_map="favor",
+                  params={"m": 32}, d_dot=64, status="diverged" if diverged else "plateau",
+                  **common)
+    write_series(exp_dir, {n: 0.5 / n if n == 20 else 0.5 for n in grid}, feature_map="dpfp",
+                 params={"nu": 1}, d_dot=128, update_rule="fwm", task="update",
+                 config=REPLACEMENT)

@@ -272,6 +272,15 @@ def test_wandb_offline_run_is_written(tmp_path):
     assert len(offline) == 1
     assert list(offline[0].glob("*.wandb"))
     assert (results / "x" / "report.md").exists()
+    # the dashboard: its tables, the charts' own tables and the figures, as the run's files
+    media = offline[0] / "files" / "media"
+    for name in ("capacity", "efficiency", "keys"):
+        found = list((media / "table" / "tables").glob(f"{name}_*.table.json"))
+        assert len(found) == 1, name
+        assert {"feature_map", "view"} <= set(json.loads(found[0].read_text())["columns"])
+    charts = {p.name.partition("_table_")[0] for p in (media / "table" / "charts").rglob("*.json")}
+    assert {"loss_vs_keys", "accuracy_vs_keys", "observed_vs_predicted"} <= charts
+    assert list((media / "images" / "figures").glob("loss_vs_keys_*.png"))
     assert np.isfinite(pd.read_csv(results / "x" / "capacity.csv")["observed_capacity"]).all()
 
 
@@ -289,7 +298,7 @@ def test_wandb_failure_is_one_warning(tmp_path, monkeypatch, capsys):
     cfg = OmegaConf.create({"experiment": "x", "results_dir": str(tmp_path),
                                     "logger": {"name": "wandb"}})
     capacity = pd.DataFrame({"label": ["ELU+1"], "observed_capacity": [71.5]})
-    tracking.log_dashboard(cfg, capacity, [])
+    tracking.log_dashboard(cfg, {"capacity": capacity}, [])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: wandb logging failed")
     assert BrokenRun.finished

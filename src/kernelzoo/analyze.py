@@ -6,21 +6,21 @@
 Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model) and,
 for a failure-point search, ``search.json`` (why each probe was trained), saves them as
 ``runs.parquet`` and writes ``capacity.csv``, ``scaling.csv`` (``scaling.py``: each family's failure
-points against d_dot, n* = a d_dot^b with bootstrap intervals), the figures (``plots.py``,
+points against d_dot, n* = a d_dot^b with t intervals), the figures (``plots.py``,
 ``heatmaps.py``; PNG and SVG) and ``report.md`` (``report.py``) beside it, each atomically.
 Configurations that are one of the authors' Figure 2 configurations (``published.py``) also get the
 failure point of the authors' published losses by the same rule (``published_capacity``,
 ``published_outcome``); every configuration gets the failure point of the committed reference runs
-of the same experiment (``reference_capacity``, ``reference_outcome``) and the effective rank its
-written keys' features reach at its failure point (``prediction.py``: ``effective_rank_at_failure``,
-``rank_ratio``). Grids and the sparse, irregular n_keys of a search are read alike. Partial sweeps
-are analysed as far as they go; run directories without a summary, damaged files (a summary with
-wrong types, a non-numeric curve, a FIFO, an unreadable sweep.json or search.json: each named with
-what is wrong) and grid holes are listed in the report. Runs that stalled (``stalls.py``) are marked
-in runs.parquet (``stalled``), set aside by the failure-point rule and listed in the report. Nothing
-is ever deleted. The command line is checked against ``kernelzoo.config.AnalyzeConfig`` before
+of the same experiment (``reference_capacity``, ``reference_outcome``) and the ranks of its written
+keys' features measured at the n_keys = d_dot probe, before its failure point is known
+(``prediction.py``: ``rank_at_d_dot`` and the like). Grids and the sparse, irregular n_keys of a
+search are read alike. Partial sweeps are analysed as far as they go; run directories without a
+summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
+sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
+report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``), set aside by
+the failure-point rule and listed in the report. Nothing is ever deleted. The command line is checked against ``kernelzoo.config.AnalyzeConfig`` before
 anything runs. The failure-point rule is in ``capacity.py`` (and in every report); the wandb
-dashboard in ``tracking.log_dashboard``.
+dashboard's tables in ``dashboard_tables``, its charts in ``tracking.log_dashboard``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from kernelzoo import config
 from kernelzoo.hydra_adapter import args_parser
 from kernelzoo.analysis import plots, prediction, published, rank_bound, scaling, settings, stalls
 from kernelzoo.records import tracking
-from kernelzoo.analysis.capacity import CONFIG_KEYS, RULE, capacity_table, loss_failure, seed_table
+from kernelzoo.analysis.capacity import (CONFIG_KEYS, RULE, by_view, capacity_table, loss_failure,
+                                seed_table)
 from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.analysis.report import write_report
 from kernelzoo.records.store import (CURVE_COLUMNS, config_value, experiment_dir, read_config,
@@ -245,6 +246,29 @@ def add_stall_columns(table: pd.DataFrame, runs: pd.DataFrame, checks: pd.DataFr
     return table
 
 
+def dashboard_tables(runs: pd.DataFrame, capacity: pd.DataFrame,
+                     families: list[scaling.Family]) -> dict[str, pd.DataFrame]:
+    """The tables of the wandb dashboard (``tracking.log_dashboard``), each with feature_map and
+    view columns to filter by: capacity (``capacity.by_view``), efficiency
+    (``scaling.efficiency_table``), scaling (``scaling.csv``) and keys: per configuration, view
+    and n_keys the median over seeds of the final eval loss, accuracy or keys retrieved (no
+    value where the run diverged), one ``series`` per configuration (a search's: per seed)."""
+    feasible = runs[runs["status"] != "infeasible"]
+    diverged = feasible["status"].eq("diverged")
+    series = feasible["label"] if not is_search(runs) else \
+        feasible["label"] + " seed " + feasible["seed"].astype(str)
+    values = {"loss": feasible["final_eval_loss"], "accuracy": feasible["final_eval_accuracy"],
+              "keys_retrieved": feasible["n_keys"] * feasible["final_eval_accuracy"]}
+    keys = pd.concat([
+        feasible[["feature_map", "label", "update_rule", "n_keys"]]
+        .assign(series=series, view=view, value=value.where(~diverged).astype(float))
+        .groupby(["feature_map", "label", "update_rule", "series", "view", "n_keys"])["value"]
+        .agg(value="median", seeds="size").reset_index() for view, value in values.items()],
+        ignore_index=True)
+    return {"capacity": by_view(capacity), "efficiency": scaling.efficiency_table(capacity),
+            "scaling": scaling.table(families), "keys": keys}
+
+
 def analyze(cfg: DictConfig) -> None:
     """Load, compute failure points, write runs.parquet, capacity.csv, scaling.csv, figures
     and report.md."""
@@ -283,7 +307,7 @@ def analyze(cfg: DictConfig) -> None:
     atomic_write_text(exp_dir / "scaling.csv", scaling.table(families).to_csv(index=False))
     search = is_search(runs)  # sparse probes: no grid to fill
     curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
-    figures, omitted = plots.all_figures(runs, capacity, points, curves, families, exp_dir,
+    figures, omitted = plots.all_figures(runs, seeds, capacity, points, curves, families, exp_dir,
                                          cfg.threshold, cfg.accuracy_threshold, search)
     report, damaged = write_report(exp_dir, cfg.experiment, runs, seeds, capacity, checked,
                                    families, missing, damaged,
@@ -294,7 +318,7 @@ def analyze(cfg: DictConfig) -> None:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {plural(len(runs), 'run')} of {cfg.experiment} -> {report}")
     if cfg.logger.get("name") != "none":
-        tracking.log_dashboard(cfg, capacity, figures)
+        tracking.log_dashboard(cfg, dashboard_tables(runs, capacity, families), figures)
 
 
 def _experiments(results_dir: str) -> str:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis.intervals import median_interval
+from kernelzoo.analysis.intervals import describe, median_interval
 from kernelzoo.analysis.style import natural_key
 
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule", "lr")
@@ -230,3 +230,38 @@ def capacity_table(runs: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
         table[key] = pd.to_numeric(table[key]).astype("Int64")
     order = sorted(range(len(table)), key=lambda i: natural_key(table["label"].iloc[i]))
     return table.iloc[order].reset_index(drop=True)
+
+
+def interval_words(view: str, n_seeds: int, outcome: str) -> str:
+    """What a configuration's interval in ``view`` is (``_view``): one seed's bracket [last
+    pass, first fail], the order-statistic interval over its seeds with its level
+    (``intervals.describe``), or none (one seed with a bound, or in the keys-retrieved view)."""
+    if outcome == "no_data" or not n_seeds:
+        return "none"
+    if n_seeds == 1:
+        return ("bracket: one seed's [last pass, first fail]"
+                if outcome == "fails_at" and view != "keys_retrieved" else "one seed: no interval")
+    return describe(int(n_seeds))
+
+
+def by_view(capacity: pd.DataFrame) -> pd.DataFrame:
+    """``capacity`` with one row per configuration and view, for filtering by map and view:
+    the configuration (label, CONFIG_KEYS, predicted capacity, seeds, rank bound), ``view``, and
+    the view's failure_point, ci_low, ci_high, interval (``interval_words``), outcome and ratio;
+    the authors' published failure point beside the loss view only."""
+    keep = [c for c in ("label", *CONFIG_KEYS, "predicted_capacity", "n_seeds", "rank_bound")
+            if c in capacity]
+    frames = []
+    for view in VIEWS:
+        s = SUFFIX[view]
+        part = capacity[keep].assign(
+            view=view, failure_point=capacity[f"observed_capacity{s}"],
+            ci_low=capacity[f"ci_low{s}"], ci_high=capacity[f"ci_high{s}"],
+            interval=[interval_words(view, n, o) for n, o in
+                      zip(capacity["n_seeds"], capacity[f"outcome{s}"])],
+            outcome=capacity[f"outcome{s}"], ratio=capacity[f"ratio{s}"])
+        for column in ("published_capacity", "published_outcome"):
+            if column in capacity:
+                part[column] = capacity[column] if view == "loss" else None
+        frames.append(part)
+    return pd.concat(frames, ignore_index=True)

@@ -61,6 +61,17 @@ def median_interval(values) -> tuple[float, float, float, float]:
     return float(np.median(x)), float(x[k - 1]), float(x[n - k]), level
 
 
+def describe(n: int) -> str:
+    """What ``median_interval`` spans over ``n`` seeds, for a legend: "min-max of 3 seeds
+    (order-statistic interval, 75%)", "[x_(2), x_(8)] of 9 seeds (order-statistic interval,
+    96.09%)"; "one seed: no interval" below 2."""
+    if n < 2:
+        return "one seed: no interval"
+    k, level = _order(n)
+    span = "min-max" if k == 1 else f"[x_({k}), x_({n + 1 - k})]"
+    return f"{span} of {n} seeds (order-statistic interval, {100 * level:.4g}%)"
+
+
 @dataclass(frozen=True)
 class LevelLaw:
     """n* = a d_dot^b over ``levels`` d_dot levels, with t intervals (NaN below MIN_LEVELS) and

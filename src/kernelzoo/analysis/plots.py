@@ -4,7 +4,8 @@ Every function takes DataFrames (``runs``: one row per summary plus ``label``; `
 capacity table with its published columns; ``published``: the authors' points of the matching
 configurations, ``published.points``) and an output directory, writes one figure as PNG and SVG
 (``style.save``, atomically) and returns the PNG's path. The heatmaps are in ``heatmaps.py``,
-``capacity_scaling`` in ``scaling.py``; colours, label order and legends in ``style.py``.
+``capacity_scaling`` and ``capacity_efficiency`` (failure point / d_dot) in ``scaling.py``;
+colours, label order, error bars and legends in ``style.py``.
 """
 
 from __future__ import annotations
@@ -16,24 +17,28 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.transforms import blended_transform_factory
 
-from kernelzoo.analysis import rank_bound, scaling
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis import rank_bound, scaling, update_rules
+from kernelzoo.analysis.capacity import VIEWS, interval_words
 from kernelzoo.analysis.heatmaps import heatmaps
 from kernelzoo.analysis.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
-                             config_colors, dkey, is_search, legend, log_square, natural,
-                             save)
+                             bar_handles, config_colors, dkey, error_bar, is_search, legend,
+                             log_square, natural, save)
 
 
-def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, bad_value: float,
+def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, edge: str = "top",
              floor: float | None = None) -> list:
-    """Seeds as points, the median over seeds as a line, configurations in natural order;
-    diverged or missing values as x marks at ``bad_value`` (they count as failing); runs
-    stopped by the step cap ringed in black. Infeasible runs are not drawn. Returns the
+    """Seeds as points, the median over seeds as a line, configurations in natural order. A run
+    without a finite value (diverged, or missing) is an x at the ``edge`` of the axes ("top" or
+    "bottom"), outside the data's scale, and lines break there (a median that is one is none);
+    runs stopped by the step cap ringed in black. Infeasible runs are not drawn. Returns the
     legend entries for the x marks and rings that were drawn."""
     probes = is_search(runs)  # a search's probes are few: drawn large, edged
     dots = dict(s=30, alpha=0.9, edgecolors="black", linewidths=0.4) if probes else \
         dict(s=14, alpha=0.45, linewidths=0)
+    at_edge = dict(transform=blended_transform_factory(ax.transData, ax.transAxes),
+                   y=0.97 if edge == "top" else 0.03)
     feasible = runs[runs["status"] != "infeasible"]
     for label in natural(feasible["label"]):
         group = feasible[feasible["label"] == label]
@@ -44,32 +49,46 @@ def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, bad_value: float
         color = colors[label]
         ax.scatter(group["n_keys"][ok], values[ok], color=color, **dots)
         if (~ok).any():
-            ax.scatter(group["n_keys"][~ok], np.full(int((~ok).sum()), bad_value), marker="x",
-                       s=24, color=color)
-        shown = values.where(ok, bad_value)
-        capped = group["status"].eq("max_steps").to_numpy()
+            ax.plot(group["n_keys"][~ok], np.full(int((~ok).sum()), at_edge["y"]), ls="none",
+                    marker="x", ms=5, mew=1.2, color=color, transform=at_edge["transform"],
+                    gid="no-value")
+        capped = group["status"].eq("max_steps").to_numpy() & ok.to_numpy()
         if capped.any():
-            ax.scatter(group["n_keys"][capped], shown[capped], s=48, facecolors="none",
+            ax.scatter(group["n_keys"][capped], values[capped], s=48, facecolors="none",
                        edgecolors="black", linewidths=0.8, gid="step-cap")
+        # no finite value: +-inf in the median (it fails), drawn as a break
+        shown = values.where(ok, np.inf if edge == "top" else -np.inf)
         if group.groupby("seed")["n_keys"].apply(frozenset).nunique() > 1:
             # seeds probed different n_keys (a search): one thin line per seed, no median
             for i, (_, seed) in enumerate(shown.groupby(group["seed"])):
                 order = group.loc[seed.index, "n_keys"].argsort().to_numpy()
                 ax.plot(group.loc[seed.index, "n_keys"].to_numpy()[order],
-                        seed.to_numpy()[order], "-", lw=0.8, alpha=0.6, color=color,
+                        _broken(seed.to_numpy()[order]), "-", lw=0.8, alpha=0.6, color=color,
                         label=None if i else label)
             continue
         median = shown.groupby(group["n_keys"]).median()
-        ax.plot(median.index, median.to_numpy(), "-", lw=1.6, color=color, label=label)
+        y = _broken(median.to_numpy())
+        ax.plot(median.index, y, "-", lw=1.6, color=color, label=label)
+        alone = np.isfinite(y) & ~np.isfinite(np.r_[np.nan, y[:-1]]) \
+            & ~np.isfinite(np.r_[y[1:], np.nan])  # no line reaches it: a marker
+        ax.plot(median.index[alone], y[alone], ls="none", marker="o", ms=4, color=color)
     status = feasible["status"]
+    bad = ~np.isfinite(feasible[column].where(status != "diverged").astype(float))
     notes = []
-    if (status.eq("diverged") | ~np.isfinite(feasible[column].astype(float))).any():
-        notes.append(Line2D([], [], ls="none", marker="x", color="grey",
-                            label="x: diverged or missing (drawn at the edge)"))
+    if bad.any():
+        diverged = int(status.eq("diverged").sum())
+        notes.append(Line2D([], [], ls="none", marker="x", color="grey", label=(
+            f"x at the {edge}: no finite value ({diverged} diverged, {int(bad.sum()) - diverged} "
+            "missing);\n    counted as failing, lines break there")))
     if status.eq("max_steps").any():
         notes.append(Line2D([], [], ls="none", marker="o", ms=7, mfc="none", mec="black",
                             label="ringed: stopped by the step cap, not the stopping rule"))
     return notes
+
+
+def _broken(values: np.ndarray) -> np.ndarray:
+    """``values`` with the infinite ones NaN: a line breaks there."""
+    return np.where(np.isfinite(values), values, np.nan)
 
 
 def capacity_lines(capacity: pd.DataFrame) -> dict[int, list[str]]:
@@ -82,28 +101,41 @@ def capacity_lines(capacity: pd.DataFrame) -> dict[int, list[str]]:
 
 def _draw_capacity_lines(ax, capacity: pd.DataFrame, colors: dict, x_max: float) -> str:
     """One dashed line per distinct d_dot within the x range, in the colour of its only
-    configuration (grey when shared), named on a top axis with the configurations sharing it.
-    Returns a note naming the d_dot beyond the x range ("" if none)."""
+    configuration (grey when shared), its value written inside the axes at the top beside it
+    (d_dots closer than 3% of the range share one label). Returns a note naming the d_dot
+    beyond the x range ("" if none)."""
     lines = capacity_lines(capacity)
-    shown = {d: labels for d, labels in lines.items() if d <= x_max}
-    beyond = [f"{', '.join(labels)} at {d}" for d, labels in lines.items() if d > x_max]
-    for d_dot, labels in shown.items():
+    shown = sorted(d for d in lines if d <= x_max)
+    beyond = [f"{', '.join(lines[d])} at {d}" for d in lines if d > x_max]
+    for d_dot in shown:
+        labels = lines[d_dot]
         ax.axvline(d_dot, ls="--", lw=1, gid="capacity",
                    color=colors[labels[0]] if len(labels) == 1 else "0.3")
-    top = ax.secondary_xaxis("top")
-    top.set_xticks(list(shown), [f"{d}" for d in shown], fontsize=7)
-    top.set_xlabel("d_dot (dashed lines, in the colour of their configuration; grey: shared)",
-                   fontsize=7)
-    top.tick_params(length=3, pad=1)
+    groups: list[list[int]] = []
+    for d_dot in shown:
+        if groups and d_dot - groups[-1][-1] < 0.03 * x_max:
+            groups[-1].append(d_dot)
+        else:
+            groups.append([d_dot])
+    top = blended_transform_factory(ax.transData, ax.transAxes)
+    for group in groups:
+        right = group[-1] > 0.9 * x_max  # near the right edge: written to the left of its line
+        ax.text(group[0] if right else group[-1], 0.985,
+                f"d_dot {', '.join(map(str, group))}", transform=top, rotation=90, fontsize=7,
+                ha="right" if right else "left", va="top", gid="d_dot-label", clip_on=True,
+                bbox=dict(fc="white", ec="none", alpha=0.75, pad=1))
     return f"; d_dot beyond the axis: {'; '.join(beyond)}" if beyond else ""
 
 
-def _published_overlay(ax, capacity: pd.DataFrame, published: pd.DataFrame, colors: dict,
-                       threshold: float) -> None:
-    """The authors' losses as hollow markers on a thin dashed line, their failure points as
-    hollow stars on the tau line."""
+def _published_overlay(ax, runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
+                       colors: dict, threshold: float) -> None:
+    """The authors' losses as hollow markers on a thin dashed line, each configuration's up to
+    its own largest n_keys here (the authors probed further), their failure points as hollow
+    stars on the tau line."""
+    largest = runs.groupby("label")["n_keys"].max()
     for label in natural(published["label"]):
-        series = published[published["label"] == label]
+        series = published[(published["label"] == label)
+                           & (published["n_keys"] <= largest.get(label, np.inf))]
         ax.plot(series["n_keys"], series["final_eval_loss"].clip(lower=DISPLAY_FLOOR), "--",
                 lw=0.7, marker="o", ms=3.5, mfc="none", mew=0.7, alpha=0.8, color=colors[label],
                 gid="published")
@@ -130,13 +162,13 @@ def _draw_floors(ax, runs: pd.DataFrame, capacity: pd.DataFrame, colors: dict) -
 
 
 def draw_loss_vs_keys(ax, runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
-                      colors: dict, threshold: float) -> None:
-    """``loss_vs_keys`` on ``ax``: lines with gid "capacity", "failure-point", "published"."""
-    finite = runs["final_eval_loss"][np.isfinite(runs["final_eval_loss"])]
-    top = max(finite.max() if len(finite) else 1.0, threshold, 1.0) * 2
-    notes = _per_key(ax, runs, colors, "final_eval_loss", top, floor=DISPLAY_FLOOR)
+                      colors: dict, threshold: float, x_max: float | None = None) -> None:
+    """``loss_vs_keys`` on ``ax`` over (0, ``x_max``), by default the store's largest n_keys +
+    5%: lines with gid "capacity", "failure-point", "published", "rank-floor", texts with gid
+    "d_dot-label"."""
+    notes = _per_key(ax, runs, colors, "final_eval_loss", "top", floor=DISPLAY_FLOOR)
     handles = ax.get_legend_handles_labels()[0]
-    x_max = runs["n_keys"].max() * 1.05  # the store's own range: published points beyond it are cut
+    x_max = runs["n_keys"].max() * 1.05 if x_max is None else x_max
     beyond = _draw_capacity_lines(ax, capacity, colors, x_max)
     floors = _draw_floors(ax, runs, capacity, colors)
     ax.axhline(threshold, color="black", ls=":", lw=1)
@@ -144,7 +176,7 @@ def draw_loss_vs_keys(ax, runs: pd.DataFrame, capacity: pd.DataFrame, published:
         ax.plot(row.observed_capacity, threshold, ls="none", marker="*", ms=13,
                 color=colors[row.label], mec="black", mew=0.5, zorder=6, gid="failure-point")
     if len(published):
-        _published_overlay(ax, capacity, published, colors, threshold)
+        _published_overlay(ax, runs, capacity, published, colors, threshold)
     ax.set_xlim(0, x_max)
     ax.set_yscale("log")
     ax.set_xlabel("number of keys S" + (" (points: the search's probes)" if is_search(runs)
@@ -157,25 +189,75 @@ def draw_loss_vs_keys(ax, runs: pd.DataFrame, capacity: pd.DataFrame, published:
         Line2D([], [], color="black", ls=":", lw=1, label=f"tau = {threshold:g}"),
         Line2D([], [], ls="none", marker="*", ms=10, color="grey", mec="black", mew=0.5,
                label="failure point n*"),
-        Line2D([], [], color="grey", ls="--", lw=1, label="predicted capacity d_dot")]
+        Line2D([], [], color="grey", ls="--", lw=1,
+               label="predicted capacity d_dot (labelled at the top;\n    in its configuration's "
+                     "colour, grey: shared)")]
     if floors:
         handles.append(Line2D([], [], color="grey", ls="-.", lw=0.9,
                               label="loss floor of a rank-d_dot read-out (rank bound)"))
+    elif capacity["predicted_capacity"].notna().any():
+        why = ("keys drawn with replacement (Setting 2):\n    the rank bound does not hold"
+               if runs.get("replacement", pd.Series([False])).all() else
+               "no bounded configuration queries\n    more keys than its rank")
+        handles.append(Line2D([], [], ls="none", label=f"no loss floor drawn: {why}"))
     if len(published):
         handles.append(Line2D([], [], color="grey", ls="--", lw=0.7, marker="o", ms=3.5,
                               mfc="none", label=f"{PUBLISHED_LABEL}; hollow star: its n*"))
     legend(ax, handles + notes)
 
 
+def draw_fwm_loss(ax, runs: pd.DataFrame, colors: dict, x_max: float) -> None:
+    """The fwm configurations' losses against their own floor (``update_rules.fwm_floor``,
+    dash-dotted, gid "fwm-floor"): the loss of a LayerNorm output is at least 0.5 / S whatever is
+    retrieved, so tau does not apply to it and no failure point is drawn."""
+    notes = _per_key(ax, runs, colors, "final_eval_loss", "top", floor=DISPLAY_FLOOR)
+    handles = ax.get_legend_handles_labels()[0]
+    for label in natural(runs.loc[runs["status"] != "infeasible", "label"]):
+        mine = runs[runs["label"] == label]
+        first = mine.iloc[0]
+        n = np.arange(max(int(mine["n_keys"].min()), 1), int(mine["n_keys"].max()) + 1)
+        floor = [update_rules.fwm_floor(k, first["d_dot"], bool(first.get("replacement", True)),
+                                        first.get("eval_max_queries", 200),
+                                        first.get("eval_query_batch", 32)) for k in n]
+        ax.plot(n, floor, ls="-.", lw=1.1, color=colors[label], gid="fwm-floor")
+    ax.set_xlim(0, x_max)
+    ax.set_yscale("log")
+    ax.set_xlabel("number of keys S")
+    ax.set_ylabel("final evaluation loss (log scale)")
+    ax.set_title("fwm (a LayerNorm read-out) against its own floor, not tau: its output has mean "
+                 "0,\nso its loss is at least 0.5 / S whatever is retrieved; fwm is compared in "
+                 "the accuracy view", fontsize=9)
+    ranked = "" if runs.get("replacement", pd.Series([True])).all() else \
+        "\n    (or the rank bound's, where higher)"
+    legend(ax, handles + [Line2D([], [], color="grey", ls="-.", lw=1.1,
+                                 label=f"floor of fwm's loss: 0.5 / S{ranked}")] + notes)
+
+
 def loss_vs_keys(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
                  colors: dict, threshold: float, out_dir: Path) -> Path:
     """Figure 2 style: final eval loss (log) against the number of keys, one line per
     configuration in natural order; its failure point n* as a star on the tau line; one dashed
-    line per distinct predicted capacity d_dot, labelled with the configurations sharing it;
-    runs stopped by the step cap ringed; the authors' published losses and failure points of
-    the matching configurations hollow, on thin dashed lines."""
-    fig = Figure(figsize=(9, 5.5))
-    draw_loss_vs_keys(fig.add_subplot(), runs, capacity, published, colors, threshold)
+    line per distinct predicted capacity d_dot, labelled inside the axes; the loss floor of the
+    rank bound; runs stopped by the step cap ringed; the authors' published losses and failure
+    points of the matching configurations hollow, on thin dashed lines. The fwm configurations
+    get a panel of their own below, against their own floor (``draw_fwm_loss``)."""
+    fwm = runs["update_rule"].eq("fwm")
+    x_max = runs["n_keys"].max() * 1.05
+    if not fwm.any():
+        fig = Figure(figsize=(9, 5.5))
+        draw_loss_vs_keys(fig.add_subplot(), runs, capacity, published, colors, threshold)
+        return save(fig, out_dir / "loss_vs_keys.png")
+    others = runs[~fwm]
+    fig = Figure(figsize=(9, 10 if len(others) else 5))
+    axes = fig.subplots(2 if len(others) else 1, 1, squeeze=False,
+                        gridspec_kw=dict(height_ratios=[3, 2] if len(others) else [1],
+                                         hspace=0.45))[:, 0]
+    if len(others):
+        mine = capacity["label"].isin(others["label"])
+        draw_loss_vs_keys(axes[0], others, capacity[mine],
+                          published[published["label"].isin(others["label"])], colors,
+                          threshold, x_max)
+    draw_fwm_loss(axes[-1], runs[fwm], colors, x_max)
     return save(fig, out_dir / "loss_vs_keys.png")
 
 
@@ -185,7 +267,7 @@ def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float
     with the accuracy threshold (left), keys retrieved = n_keys x accuracy with y = x (right)."""
     fig = Figure(figsize=(13, 5), layout="constrained")
     left, right = fig.subplots(1, 2)
-    notes = _per_key(left, runs, colors, "final_eval_accuracy", 0.0)
+    notes = _per_key(left, runs, colors, "final_eval_accuracy", "bottom")
     handles = left.get_legend_handles_labels()[0]
     left.axhline(accuracy_threshold, color="black", ls=":", lw=1)
     left.set_ylim(-0.03, 1.03)
@@ -193,7 +275,7 @@ def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float
     left.set_ylabel("final evaluation retrieval accuracy")
     left.set_title(f"accuracy view: fails below {accuracy_threshold:g}", fontsize=10)
     keys = runs.assign(keys_retrieved=runs["n_keys"] * runs["final_eval_accuracy"])
-    _per_key(right, keys, colors, "keys_retrieved", 0.0)
+    _per_key(right, keys, colors, "keys_retrieved", "bottom")
     top = float(runs["n_keys"].max())
     right.plot([0, top], [0, top], color="black", ls=":", lw=1)
     right.set_xlabel("number of keys S")
@@ -208,17 +290,23 @@ def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float
 
 def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float,
                           out_dir: Path) -> Path:
-    """Observed against predicted capacity (log-log) with y = x: each configuration's failure
-    point with its bracket or interval, bounds as triangles, the published failure points
-    (same rule over the authors' losses) hollow."""
+    """Observed against predicted capacity (log-log) with y = x: each configuration's loss-view
+    failure point with its bracket (one seed, dashed) or order-statistic interval (solid, its
+    level in the legend), bounds as triangles, the published failure points (same rule over the
+    authors' losses) hollow. fwm configurations are left out (their loss has a floor of
+    0.5 / S: ``update_rules``), with a note."""
     fig = Figure(figsize=(7, 5.5))
     ax = fig.add_subplot()
-    rows = capacity[capacity["predicted_capacity"].notna() & (capacity["outcome"] != "no_data")]
+    fwm = capacity["update_rule"].eq("fwm")
+    rows = capacity[capacity["predicted_capacity"].notna() & (capacity["outcome"] != "no_data")
+                    & ~fwm]
+    kinds = set()
     for row in rows.itertuples():
         x, y = float(row.predicted_capacity), row.observed_capacity
-        ax.errorbar(x, y, yerr=[[y - row.ci_low], [row.ci_high - y]],
-                    fmt=OUTCOME_MARKERS[row.outcome], ms=8, capsize=3, color=colors[row.label],
-                    label=row.label)
+        kind = interval_words("loss", row.n_seeds, row.outcome)
+        kinds.add(kind)
+        error_bar(ax, x, y, row.ci_low, row.ci_high, kind, colors[row.label],
+                   fmt=OUTCOME_MARKERS[row.outcome], ms=8, label=row.label)
         if pd.notna(row.published_capacity):
             ax.plot(x, row.published_capacity, ls="none", ms=13, mfc="none", mew=1.2,
                     marker=OUTCOME_MARKERS[row.published_outcome], mec=colors[row.label])
@@ -234,10 +322,15 @@ def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float
     handles = ax.get_legend_handles_labels()[0] + [
         Line2D([], [], ls="none", marker=OUTCOME_MARKERS[o], color="grey", label=words)
         for o, words in OUTCOME_WORDS.items() if (rows["outcome"] == o).any()]
+    handles += bar_handles(kinds)
     handles.append(Line2D([], [], color="black", ls=":", lw=1, label="y = x: n* = d_dot"))
     if rows["published_capacity"].notna().any():
         handles.append(Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="grey",
                               label=f"hollow: {PUBLISHED_LABEL}, same rule"))
+    if fwm.any():
+        handles.append(Line2D([], [], ls="none", label=(
+            f"left out: {', '.join(natural(capacity.loc[fwm, 'label']))}\n    (fwm: its loss is "
+            "at least 0.5 / S; see the accuracy view)")))
     legend(ax, handles)
     return save(fig, out_dir / "observed_vs_predicted.png")
 
@@ -283,49 +376,9 @@ def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: P
     return save(fig, out_dir / "curves.png")
 
 
-def efficiency_order(capacity: pd.DataFrame, view: str = "loss") -> pd.DataFrame:
-    """The configurations with a bounded d_dot and a result in ``view``, most efficient first:
-    efficiency = failure point / d_dot (its ``ratio`` column), its interval from its ci columns."""
-    s = SUFFIX[view]
-    rows = capacity[capacity["predicted_capacity"].notna() & capacity[f"ratio{s}"].notna()].copy()
-    d_dot = rows["predicted_capacity"].astype(float)
-    rows["efficiency_low"] = rows[f"ci_low{s}"] / d_dot
-    rows["efficiency_high"] = rows[f"ci_high{s}"] / d_dot
-    return rows.sort_values([f"ratio{s}", "label"], ascending=[False, True], kind="stable")
-
-
-def capacity_efficiency(capacity: pd.DataFrame, colors: dict, out_dir: Path) -> Path:
-    """One panel per view: failure point / d_dot per configuration, most efficient first, with
-    its interval over seeds (or one seed's bracket); bounds hatched (never fails: at least;
-    fails everywhere: at most)."""
-    orders = {v: efficiency_order(capacity, v) for v in VIEWS}
-    width = max(6.0, 0.4 * max(len(o) for o in orders.values()) + 2)
-    fig = Figure(figsize=(width, 4.2 * len(VIEWS)), layout="constrained")
-    for ax, view in zip(fig.subplots(len(VIEWS), 1), VIEWS):
-        rows, s = orders[view], SUFFIX[view]
-        for i, r in enumerate(rows.itertuples()):
-            ratio, outcome = getattr(r, f"ratio{s}"), getattr(r, f"outcome{s}")
-            ax.bar(i, ratio, color=colors[r.label], hatch=None if outcome == "fails_at" else "//",
-                   edgecolor="black", linewidth=0.4)
-            if pd.notna(r.efficiency_low) and pd.notna(r.efficiency_high):
-                ax.errorbar(i, ratio, yerr=[[max(ratio - r.efficiency_low, 0)],
-                                            [max(r.efficiency_high - ratio, 0)]],
-                            fmt="none", ecolor="black", capsize=3, lw=1)
-        ax.axhline(1.0, color="black", ls=":", lw=1)
-        ax.set_xticks(np.arange(len(rows)), [f"{r.label} ({r.predicted_capacity})"
-                                             for r in rows.itertuples()],
-                      rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel("failure point / d_dot")
-        ax.set_title(f"{VIEW_WORDS[view]} view", fontsize=9)
-    fig.suptitle("Capacity efficiency per view, most efficient first (in parentheses: d_dot); "
-                 "bar: median over seeds; whisker: the order-statistic interval over seeds (its "
-                 "level in report.md), or one seed's bracket; hatched: a bound; dotted: 1",
-                 fontsize=9)
-    return save(fig, out_dir / "capacity_efficiency.png")
-
-
-def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFrame,
-                curve_table: pd.DataFrame, families: list[scaling.Family], out_dir: Path,
+def all_figures(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
+                published: pd.DataFrame, curve_table: pd.DataFrame,
+                families: list[scaling.Family], out_dir: Path,
                 threshold: float, accuracy_threshold: float,
                 search: bool = False) -> tuple[list[Path], list[str]]:
     """Every figure of the analysis in report order, one colour per configuration, and one
@@ -341,8 +394,8 @@ def all_figures(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataFr
         loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
         *([scaling.figure(families, out_dir)] if scaled else []),
-        *([capacity_efficiency(capacity, colors, out_dir)]
-          if any(len(efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
+        *([scaling.capacity_efficiency(capacity, seeds, colors, out_dir)]
+          if any(len(scaling.efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
         *maps,
         curves(curve_table, colors, threshold, out_dir),
         accuracy_vs_keys(runs, colors, accuracy_threshold, out_dir),

@@ -25,7 +25,6 @@ from kernelzoo.analysis import learning_rate, prediction, rank_bound, scaling, u
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
-from kernelzoo.analysis.plots import efficiency_order
 from kernelzoo.analysis.stalls import RULE as STALL_RULE
 from kernelzoo.analysis.stalls import has_diagnostics, stall_lines, stall_rates
 from kernelzoo.records.store import experiment_points, finished_points, read_sweep, trained_points
@@ -119,17 +118,21 @@ CAPTIONS = {
     "loss_vs_keys": "Final eval loss against the number of keys, median over seeds: a star marks "
                     "each configuration's loss-view failure point n* on the tau line, a dashed "
                     "line each distinct predicted capacity d_dot, a dash-dotted curve the loss "
-                    "floor of a rank-d_dot read-out (the rank bound); hollow markers, for the "
-                    "authors' configurations, their published losses.",
+                    "floor of a rank-d_dot read-out (the rank bound); an x at the top a run "
+                    "without a finite loss (diverged); hollow markers, for the authors' "
+                    "configurations, their published losses. fwm configurations have a panel "
+                    "of their own, against their floor 0.5 / S.",
     "observed_vs_predicted": "The headline: each failure point against the capacity its map "
-                             "predicts; triangles are bounds, hollow markers published values "
-                             "(the authors' configurations only).",
+                             "predicts, with its order-statistic interval over seeds (solid) or "
+                             "one seed's bracket (dashed); triangles are bounds, hollow markers "
+                             "published values (the authors' configurations only).",
     "heatmap": "Median final eval loss per configuration and number of keys at their true "
                "S, on one colour scale centred on tau for all heatmaps. A map's heatmap is left "
                "out when no cell passes: it would show no boundary.",
     "capacity_efficiency": "Capacity efficiency, failure point / d_dot, in each view, most "
-                           "efficient first, with its bracket (one seed) or order-statistic "
-                           "interval over seeds; hatched bars are bounds.",
+                           "efficient first: the median over seeds (triangles: bounds) with its "
+                           "order-statistic interval (solid, its level in the legend) or one "
+                           "seed's bracket (dashed), each seed's own value beside it.",
     "curves": "Eval loss during training of the runs just below and above each failure point, "
               "with tau and the trainer's stop threshold.",
     "accuracy_vs_keys": "The accuracy view (left: retrieval accuracy against the number of "
@@ -156,7 +159,7 @@ def figure_lines(figures: list[Path], omitted: list[str]) -> list[str]:
 def efficiency_table(capacity: pd.DataFrame) -> list[str]:
     """Configurations ranked by capacity efficiency = failure point / d_dot in each view, the
     rank correlation between the views' orders, and where they disagree."""
-    orders = {v: efficiency_order(capacity, v) for v in VIEWS}
+    orders = {v: scaling.efficiency_order(capacity, v) for v in VIEWS}
     if len(orders[HEADLINE]) < 2:
         return []
     lines = ["## Capacity efficiency (failure point / d_dot), per view", "",

@@ -19,7 +19,10 @@ does not reject n* = d_dot (a = 1 and b = 1) at 5%; a level whose ratio interval
 named.
 
 ``table`` is ``scaling.csv`` (one row per family, view and d_dot), ``section`` report.md's
-section, ``figure`` the figure ``capacity_scaling``. Each analysed store's answers:
+section, ``figure`` the figure ``capacity_scaling``. Per configuration the same ratio is its
+capacity efficiency: ``efficiency_order`` and ``efficiency_table`` rank the configurations by it
+in each view, ``capacity_efficiency`` draws it beside each seed's own. Each analysed store's
+answers:
 
     python -m kernelzoo.analysis.scaling results/reference/*/scaling.csv
 """
@@ -29,17 +32,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
-from kernelzoo.analysis.intervals import MIN_LEVELS, LevelLaw, level_law, median_interval
-from kernelzoo.analysis.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, config_colors,
-                             format_value, legend, natural_key, save)
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, interval_words
+from kernelzoo.analysis.intervals import MIN_LEVELS, LevelLaw, describe, level_law, median_interval
+from kernelzoo.analysis.style import (BASE_LABELS, D_DOT_PARAMS, OUTCOME_MARKERS, OUTCOME_WORDS,
+                             bar_handles, canonical_params, config_colors, error_bar,
+                             format_value, legend, natural, natural_key, save)
 
 MIN_D_DOTS = MIN_LEVELS
 COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n_points",
@@ -219,29 +226,36 @@ def section(found: list[Family]) -> list[str]:
 
 
 def figure(found: list[Family], out_dir: Path) -> Path:
-    """``capacity_scaling``: one panel per view, failure point / d_dot against d_dot (log x):
-    each seed's ratio (small dots), each level's median with its order-statistic interval (bars),
-    the fitted law's ratio a d_dot^(b-1) with its 95% band where fitted, and 1 (dotted)."""
+    """``capacity_scaling``: one panel per view, failure point / d_dot against d_dot (log x, the
+    levels as ticks): each seed's ratio (small dots), each level's median with its
+    order-statistic interval (bars, their levels in the legend; a level of one seed has none),
+    the fitted law's ratio a d_dot^(b-1) with its 95% band where fitted, and 1 (dotted). The y
+    range is the points' and intervals', so a wide band is cut at the edge."""
     shown = [f for f in found if f.points["d_dot"].nunique() >= 2]
     colors = config_colors([f.name for f in shown])
     fig = Figure(figsize=(13, 4.8))
     axes = fig.subplots(1, len(VIEWS), sharey=True)
+    kinds, drawn = set(), [1.0]
     for ax, view in zip(axes, VIEWS):
+        ax.set_title(f"{VIEW_WORDS[view]} view", fontsize=10)
         if not any(len(f.fitted(view)) for f in shown):
             ax.text(0.5, 0.5, "no seed fails at a point in this view", ha="center",
                     va="center", transform=ax.transAxes, fontsize=8)
-            ax.set_title(f"{VIEW_WORDS[view]} view", fontsize=10)
             continue
+        levels = set()
         for i, f in enumerate(shown):
             color, pts, lv = colors[f.name], f.fitted(view), f.departures(view)
             shift = 2.0 ** (0.03 * (i - (len(shown) - 1) / 2))
             ax.scatter(pts["d_dot"] * shift, pts["value"] / pts["d_dot"], s=9, alpha=0.5,
                        linewidths=0, color=color)
             lv = lv[lv["n_seeds"] > 0]
-            ax.errorbar(lv["d_dot"] * shift, lv["ratio"],
-                        yerr=[lv["ratio"] - lv["ratio_low"].fillna(lv["ratio"]),
-                              lv["ratio_high"].fillna(lv["ratio"]) - lv["ratio"]],
-                        fmt="o", ms=4, capsize=2, lw=1, color=color, label=f.name)
+            levels |= set(lv["d_dot"])
+            drawn += [*pts["value"] / pts["d_dot"], *lv["ratio_low"], *lv["ratio_high"]]
+            for j, r in enumerate(lv.itertuples()):
+                kind = describe(r.n_seeds)
+                kinds.add(kind)
+                error_bar(ax, r.d_dot * shift, r.ratio, r.ratio_low, r.ratio_high, kind, color,
+                          fmt="o", ms=4, lw=1, label=None if j else f.name)
             law = f.laws[view]
             if law is not None and not math.isnan(law.b_low):
                 grid = np.geomspace(lv["d_dot"].min(), lv["d_dot"].max(), 50)
@@ -250,14 +264,124 @@ def figure(found: list[Family], out_dir: Path) -> Path:
                 ax.fill_between(grid, low / grid, high / grid, color=color, alpha=0.15, lw=0)
         ax.axhline(1.0, color="black", ls=":", lw=1)
         ax.set_xscale("log")
+        ax.set_xticks(sorted(levels), [str(int(d)) for d in sorted(levels)], fontsize=8)
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("d_dot (log)")
-        ax.set_title(f"{VIEW_WORDS[view]} view", fontsize=10)
+    finite = [v for v in drawn if np.isfinite(v)]
+    span = max(finite) - min(finite)
+    axes[0].set_ylim(min(finite) - 0.08 * span, max(finite) + 0.08 * span)
     axes[0].set_ylabel("failure point / d_dot")
-    fig.suptitle("Failure point / d_dot per level: dots seeds; markers the median over seeds with "
-                 "its order-statistic interval (bars);\nline and band: the law n* = a d_dot^b "
-                 "fitted to the level medians, 95% t band; dotted: n* = d_dot", fontsize=9)
-    legend(axes[-1])
+    fig.suptitle("Failure point / d_dot per d_dot level, per view", fontsize=10)
+    families = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
+    legend(axes[-1], list(families.values()) + [
+        Line2D([], [], ls="none", marker="o", ms=3, alpha=0.5, color="grey",
+               label="each seed that fails at a point"),
+        Line2D([], [], ls="none", marker="o", ms=4, color="grey",
+               label="marker: the level's median over those seeds"),
+        *bar_handles(kinds),
+        Line2D([], [], color="grey", lw=1.2, label="line and band: n* = a d_dot^b fitted to the\n"
+                                                  "    level medians, its 95% t band"),
+        Line2D([], [], color="black", ls=":", lw=1, label="1: n* = d_dot")])
     return save(fig, out_dir / "capacity_scaling.png")
+
+
+def efficiency_order(capacity: pd.DataFrame, view: str = "loss") -> pd.DataFrame:
+    """The configurations with a bounded d_dot and a result in ``view``, most efficient first:
+    efficiency = failure point / d_dot (its ``ratio`` column), its interval from its ci columns."""
+    s = SUFFIX[view]
+    rows = capacity[capacity["predicted_capacity"].notna() & capacity[f"ratio{s}"].notna()].copy()
+    d_dot = rows["predicted_capacity"].astype(float)
+    rows["efficiency_low"] = rows[f"ci_low{s}"] / d_dot
+    rows["efficiency_high"] = rows[f"ci_high{s}"] / d_dot
+    return rows.sort_values([f"ratio{s}", "label"], ascending=[False, True], kind="stable")
+
+
+def efficiency_table(capacity: pd.DataFrame) -> pd.DataFrame:
+    """Capacity efficiency, one row per configuration and view, most efficient first within a
+    view (``efficiency_order``): feature_map, label, update_rule, view, rank, d_dot, efficiency
+    = failure point / d_dot with its interval and what that is (``capacity.interval_words``),
+    outcome and seeds."""
+    frames = []
+    for view in VIEWS:
+        s, rows = SUFFIX[view], efficiency_order(capacity, view)
+        frames.append(pd.DataFrame({
+            "feature_map": rows["feature_map"], "label": rows["label"],
+            "update_rule": rows["update_rule"], "view": view, "rank": np.arange(1, len(rows) + 1),
+            "d_dot": rows["predicted_capacity"].astype(int), "efficiency": rows[f"ratio{s}"],
+            "efficiency_low": rows["efficiency_low"], "efficiency_high": rows["efficiency_high"],
+            "interval": [interval_words(view, n, o) for n, o in
+                         zip(rows["n_seeds"], rows[f"outcome{s}"])],
+            "outcome": rows[f"outcome{s}"], "n_seeds": rows["n_seeds"]}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _seed_points(ax, i: int, values: pd.Series, outcomes: pd.Series, color) -> bool:
+    """A configuration's seeds beside its median at x = i, when it has two or more: sorted by
+    value, spread over [i + 0.2, i + 0.4], each marker its seed's outcome (gid "seeds").
+    True when drawn."""
+    ok = values.notna().to_numpy()
+    if ok.sum() < 2:
+        return False
+    order = np.argsort(values[ok].to_numpy(), kind="stable")
+    x = i + 0.2 + 0.2 * np.linspace(0, 1, int(ok.sum()))
+    v, o = values[ok].to_numpy()[order], outcomes[ok].to_numpy()[order]
+    for outcome in sorted(set(o)):
+        ax.scatter(x[o == outcome], v[o == outcome], s=12, color=color, alpha=0.8,
+                   marker=OUTCOME_MARKERS.get(outcome, "o"), linewidths=0, gid="seeds")
+    return True
+
+
+def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dict,
+                        out_dir: Path) -> Path:
+    """One panel per view: failure point / d_dot per configuration (log scale where it spans
+    more than a factor 4), most efficient first: the median over seeds (large marker, a triangle where it is a bound), its
+    order-statistic interval (solid, its level in the legend) or one seed's bracket (dashed),
+    and beside it each seed's own value (``seeds``: ``capacity.seed_table``). The loss view
+    leaves fwm out (its loss is at least 0.5 / S: ``update_rules``), naming it."""
+    table = efficiency_table(capacity)
+    most = int(table.groupby("view").size().max())
+    fig = Figure(figsize=(max(6.0, 0.5 * most + 2.5), 3.6 * len(VIEWS)), layout="constrained")
+    kinds, outcomes, dotted = set(), set(), False
+    for ax, view in zip(fig.subplots(len(VIEWS), 1), VIEWS):
+        rows, s = table[table["view"] == view], SUFFIX[view]
+        left_out = natural(rows.loc[rows["update_rule"].eq("fwm"), "label"]) \
+            if view == "loss" else []
+        rows = rows[~rows["label"].isin(left_out)]
+        for i, r in enumerate(rows.itertuples()):
+            kinds.add(r.interval)
+            outcomes.add(r.outcome)
+            error_bar(ax, i, r.efficiency, r.efficiency_low, r.efficiency_high, r.interval,
+                      colors[r.label], fmt=OUTCOME_MARKERS[r.outcome], ms=8, mec="black",
+                      mew=0.5, zorder=3)
+            mine = seeds[seeds["label"] == r.label]
+            dotted |= _seed_points(ax, i, mine[f"value{s}"] / r.d_dot, mine[f"outcome{s}"],
+                                   colors[r.label])
+        ax.axhline(1.0, color="black", ls=":", lw=1)
+        spread = rows[["efficiency", "efficiency_low", "efficiency_high"]].stack()
+        spread = spread[spread > 0]
+        if len(spread) and spread.max() > 4 * spread.min():  # a wide range: log scale
+            ax.set_yscale("log", base=2)
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.set_xticks(np.arange(len(rows)),
+                      [f"{r.label} ({r.d_dot})" for r in rows.itertuples()],
+                      rotation=60, ha="right", fontsize=7)
+        ax.set_xlim(-0.6, len(rows) - 0.3)
+        ax.set_ylabel("failure point / d_dot" + (" (log)" if ax.get_yscale() == "log" else ""))
+        ax.set_title(f"{VIEW_WORDS[view]} view" + ("\n" + textwrap.fill(
+            f"left out: {', '.join(left_out)} (fwm's loss is at least 0.5 / S)", 70)
+            if left_out else ""), fontsize=8)
+    handles = [Line2D([], [], ls="none", marker=OUTCOME_MARKERS[o], ms=7, color="grey",
+                      mec="black", mew=0.5, label=f"median over seeds: {words}")
+               for o, words in OUTCOME_WORDS.items() if o in outcomes]
+    if dotted:
+        handles.append(Line2D([], [], ls="none", marker="o", ms=3.5, color="grey",
+                              label="each seed, right of its median (shapes alike)"))
+    handles += [*bar_handles(kinds), Line2D([], [], color="black", ls=":", lw=1,
+                                            label="1: failure point = d_dot")]
+    fig.legend(handles=handles, loc="outside right center", fontsize=7, frameon=False)
+    fig.suptitle("Capacity efficiency, failure point / d_dot, per view, most efficient first "
+                 "(in parentheses: d_dot)", fontsize=9)
+    return save(fig, out_dir / "capacity_efficiency.png")
 
 
 def main(argv=None) -> None:

@@ -17,13 +17,14 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from kernelzoo.records.files import atomic_write
 
 DISPLAY_FLOOR = 1e-8  # losses are clipped here so that a loss of 0 still shows on a log axis
 OUTCOME_MARKERS = {"fails_at": "o", "never_fails": "^", "fails_everywhere": "v"}
-OUTCOME_WORDS = {"fails_at": "fails at n* (bar: its bracket, or the interval over seeds)",
+OUTCOME_WORDS = {"fails_at": "fails at n*",
                  "never_fails": "never fails: lower bound",
                  "fails_everywhere": "fails everywhere: upper bound"}
 PUBLISHED_LABEL = "published (Schlag et al. 2021)"
@@ -131,6 +132,37 @@ def legend(ax, handles=None) -> None:
         handles, _ = ax.get_legend_handles_labels()
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5),
               frameon=False)
+
+
+def bar_handles(kinds) -> list[Line2D]:
+    """Legend entries naming every kind of error bar drawn, ``kinds`` as
+    ``capacity.interval_words`` writes them: solid, the order-statistic intervals over seeds
+    with their levels; dashed, one seed's bracket; a note where one seed has no interval."""
+    kinds = set(kinds)
+    spans = sorted((k for k in kinds if k.endswith("%)")), key=natural_key)
+    handles = []
+    if spans:
+        handles.append(Line2D([], [], color="grey", lw=1.2,
+                              label="solid bar: " + ";\n    ".join(spans)))
+    if any(k.startswith("bracket") for k in kinds):
+        handles.append(Line2D([], [], color="grey", lw=1.2, ls="--",
+                              label="dashed bar: one seed's bracket [last pass, first fail]"))
+    if "one seed: no interval" in kinds:
+        handles.append(Line2D([], [], ls="none", label="no bar: one seed, no interval"))
+    return handles
+
+
+def error_bar(ax, x: float, y: float, low, high, kind: str, color, **style) -> None:
+    """A marker at (x, y) with the bar [low, high] that ``kind`` (``capacity.interval_words``)
+    names: solid for an interval over seeds (gid "interval"), dashed for one seed's bracket
+    (gid "bracket"), none for the other kinds."""
+    solid = kind.endswith("%)")
+    bar = (solid or kind.startswith("bracket")) and pd.notna(low) and pd.notna(high)
+    drawn = ax.errorbar(x, y, yerr=[[max(y - low, 0)], [max(high - y, 0)]] if bar else None,
+                        capsize=3, color=color, **style)
+    if bar:
+        drawn[2][0].set_linestyle("-" if solid else (0, (3, 2)))
+        drawn[2][0].set_gid("interval" if solid else "bracket")
 
 
 def legend_labels(ax) -> list[str]:

@@ -31,9 +31,21 @@ import math
 
 import pandas as pd
 
+from kernelzoo.analysis import rank_bound
 from kernelzoo.analysis.style import bound, cell, natural_key
 
 ORDER = {"never_fails": 2, "fails_at": 1, "fails_everywhere": 0, "no_data": -1}
+
+
+def fwm_floor(n_keys: int, d_dot=None, replacement: bool = True, max_queries: int = 200,
+              query_batch: int | None = 32) -> float:
+    """The lowest eval loss of an fwm read-out at ``n_keys`` keys: 0.5 / S, its LayerNorm output
+    having mean 0 (module docstring; every query's loss is at least that, so any weighting of
+    the queries is too), or, in Setting 1, the rank bound's floor at rank d_dot + 1
+    (``rank_bound.floor_of``) where that is higher."""
+    rank = math.nan if replacement else rank_bound.floor_of(n_keys, d_dot, "fwm", max_queries,
+                                                              query_batch)
+    return max(0.5 / n_keys, 0.0 if math.isnan(rank) else rank)
 
 
 def _map_label(label: str, rule: str) -> str:
