@@ -214,6 +214,7 @@ def test_divergence_gives_the_smallest_feature_sum_the_sum_normalisation_divides
         f"{smallest:.1e}): the loss went non-finite during the steps after it")
 
 
+@pytest.mark.slow
 def test_a_diverged_run_says_why_in_its_reason(tmp_path, cli_env):
     """ReLU features of 1-dimensional keys are 0 for about half the written keys: the authors'
     delta rule divides 0 by 0 at the first step."""

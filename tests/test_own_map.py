@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import DONE, run_cmd, smoke_args
 
 from conftest import PYTHON
@@ -44,6 +46,7 @@ def make_user_package(root):
     return site, root / "myconf"
 
 
+@pytest.mark.slow
 def test_a_users_map_sweeps_without_editing_kernelzoo(tmp_path, cli_env):
     site, conf = make_user_package(tmp_path)
     env = {**cli_env, "PYTHONPATH": f"{cli_env['PYTHONPATH']}:{site}"}

@@ -336,6 +336,7 @@ def _check_nothing_trained_or_deleted(entry):
     assert [p.parent.name for p in Path(results).rglob("summary.json")] == [entry["rid"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [
     "unknown_feature_map",
     "unknown_key_trainer",
@@ -386,6 +387,7 @@ def test_bad_value_is_rejected_before_training(smoke_results, tmp_path, case):
     assert run_ids(results, "adhoc") == [rid]
 
 
+@pytest.mark.slow
 def test_unreachable_d_dot_is_recorded_infeasible(cli_runs):
     entry = cli_runs["unreachable_d_dot"]
     res = entry["result"]
@@ -403,6 +405,7 @@ def test_unreachable_d_dot_is_recorded_infeasible(cli_runs):
         entry["before"]
 
 
+@pytest.mark.slow
 def test_results_dir_below_a_file(cli_runs):
     entry = cli_runs["results_dir_not_writable"]
     afile = entry["results"]
@@ -426,6 +429,7 @@ def test_results_dir_read_only(tmp_path, cli_env):
     assert not list(ro.rglob("summary.json"))
 
 
+@pytest.mark.slow
 def test_corrupted_summary_is_reported_not_touched(cli_runs):
     entry = cli_runs["corrupted_summary"]
     summary = runs_dir(entry["results"], "adhoc") / entry["rid"] / "summary.json"
@@ -452,11 +456,13 @@ def test_corrupted_summary_in_a_sweep(smoke_results, tmp_path):
     assert re.search(r"^sweep smoke finished", res.stdout, re.M), res.stdout
 
 
+@pytest.mark.slow
 def test_unknown_experiment(cli_runs):
     entry = cli_runs["unknown_experiment"]
     _check_rejected(entry, 2, ["nope", "smoke"], SUITE_MAX_LINES)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(ANALYZE_MISSING, reason="src/kernelzoo/analyze.py does not exist yet")
 def test_analysis_threshold_outside_0_1(cli_runs):
     entry = cli_runs["analysis_threshold"]
@@ -467,6 +473,7 @@ def test_analysis_threshold_outside_0_1(cli_runs):
     assert snapshot(entry["results"]) == entry["before"]
 
 
+@pytest.mark.slow
 def test_invalid_point_fails_the_sweep_before_anything_trains(cli_runs):
     """A bad value in the third point of a grid: the whole sweep is refused up front (every
     point is checked before the first trains), in one line naming the point, and nothing is

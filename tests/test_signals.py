@@ -78,6 +78,7 @@ def test_sigterm_stops_a_basic_sweep(tmp_path, cli_env, background):
                          max_steps=4000)
 
 
+@pytest.mark.slow
 def test_an_interrupted_sweep_counts_the_runs_that_ended_before_the_signal(tmp_path, cli_env,
                                                                            background):
     """The exit line and sweep.json count the job that ended before SIGTERM (the basic launcher

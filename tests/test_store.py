@@ -125,8 +125,8 @@ def _fresh(grown: Path, tmp_path: Path) -> Path:
     return work / "results" / "x"
 
 
-@pytest.mark.parametrize("at, how", [(4, "kill-replace"),
-                                     pytest.param(9, "kill-fsync", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("at, how", [(4, "kill-replace"), (9, "kill-fsync")])
 def test_kill_9_at_a_write_point_leaves_old_or_new_files(old_and_new, tmp_path, at, how):
     grown, old, new, env = old_and_new
     exp = _fresh(grown, tmp_path)
@@ -149,6 +149,7 @@ def test_kill_9_at_random_write_points(old_and_new, tmp_path):
         _check_old_or_new(exp, old, new)
 
 
+@pytest.mark.slow
 def test_full_disk_is_one_line_and_keeps_the_old_file(old_and_new, tmp_path):
     grown, old, new, env = old_and_new
     exp = _fresh(grown, tmp_path)

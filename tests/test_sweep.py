@@ -123,6 +123,7 @@ def test_a_sweep_of_one_point_says_one_point(tmp_path, cli_env):
     assert len(PLAN.findall(res.stdout)) == 1, res.stdout
 
 
+@pytest.mark.slow
 def test_seeds_axis_doubles_the_points(smoke_results, tmp_path, cli_env):
     """``seed=1,2`` doubles the points, each with its own run id (a dry run: nothing trains);
     the seed-1 points are exactly the runs of the plain smoke sweep."""
