@@ -46,8 +46,8 @@ from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text,
 from kernelzoo.analysis.report import write_report
 from kernelzoo.records.store import (CURVE_COLUMNS, config_value, experiment_dir, read_config,
                              read_config_value, read_search, read_summary)
-from kernelzoo.analysis.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, format_value,
-                             is_search, natural_key)
+from kernelzoo.analysis.style import (canonical_params, format_value, is_search, map_label,
+                                      natural_key, sizing_param)
 from kernelzoo.words import plural
 
 
@@ -131,9 +131,10 @@ def sort_out(runs: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[st
 def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
     """Add ``label``: a short human name per configuration, unique within the experiment.
 
-    Shows the parameter the map resolves from d_dot (nu, m: ``D_DOT_PARAMS``), the parameters
-    that vary among its
-    configurations, and d_key / update_rule / d_dot only where needed to tell them apart.
+    The map's own head (``style.map_label``: "ELU+1", "DPFP-2"), then the parameter the map
+    resolves from d_dot (nu, m: ``style.sizing_param``) and the parameters that vary among its
+    configurations, those the head shows aside, and d_key / update_rule / d_dot only where
+    needed to tell them apart.
     """
     configs = runs.drop_duplicates(list(CONFIG_KEYS))
     feasible = runs[runs["status"] != "infeasible"]  # an infeasible point has no lr to show
@@ -142,14 +143,13 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
     for fmap, group in configs.groupby("feature_map"):
         dicts = [json.loads(p) for p in group["feature_map_params"]]
         keys = sorted(set().union(*dicts))
-        shown = [k for k in keys if k in D_DOT_PARAMS.get(fmap, ())
+        shown = [k for k in keys if k == sizing_param(fmap)
                  or len({json.dumps(d.get(k)) for d in dicts}) > 1]
         for (_, row), params in zip(group.iterrows(), dicts):
-            parts = [BASE_LABELS.get(fmap, fmap)]
-            if fmap == "dpfp" and params.get("nu") is not None:
-                parts = [f"DPFP-{params['nu']}"]
+            head, named = map_label(fmap, params)
+            parts = [head]
             for k in shown:
-                if k in params and not (fmap == "dpfp" and k == "nu"):
+                if k in params and k not in named:
                     v = params[k]
                     parts.append(v if isinstance(v, str) else f"{k}={format_value(v)}")
             parts += [f"{k}={row[k]}" if k in ("d_key", "lr") else str(row[k]) for k in across]

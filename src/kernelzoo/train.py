@@ -31,7 +31,8 @@ from kernelzoo import __version__, config
 from kernelzoo.records import files, interrupt, progress, store, tracking
 from kernelzoo.training import checkpoint
 from kernelzoo.config import UsageError
-from kernelzoo.maps.catalog import ConfigError, InfeasibleError, build_feature_map, resolve_params
+from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map, map_class,
+                                    resolve_params)
 from kernelzoo.training.devices import check_memory, require, resolve_device
 from kernelzoo.training.pack import step_cost
 from kernelzoo.training.runner import Member, build_model, fit
@@ -86,10 +87,9 @@ def plan(cfg: DictConfig) -> dict:
 
 
 def _name_params(feature_map: str, params: dict) -> dict:
-    """The feature-map parameters worth showing in a run id."""
-    shown = {"dpfp": ("nu",), "favor": ("m", "variant"), "trig": ("m",), "t2r": ("m",),
-             "polysketch": ("r", "degree")}.get(feature_map, ())
-    return {k: params[k] for k in shown if params.get(k) is not None}
+    """The feature-map parameters shown in a run id (``FeatureMap.run_id_shows``)."""
+    cls = map_class(feature_map)
+    return cls.run_id_shows(params) if cls is not None else {}
 
 
 def locate(cfg: DictConfig, identity: dict) -> tuple[str, Path]:

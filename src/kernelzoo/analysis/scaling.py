@@ -2,7 +2,7 @@
 capacity (``capacity.py``), and how tightly?
 
 A family is a configuration without what d_dot decides: the same feature_map, update_rule and
-parameters but the one the map resolves from d_dot (``style.D_DOT_PARAMS``: DPFP's nu, FAVOR+'s
+parameters but the one the map resolves from d_dot (``style.sizing_param``: DPFP's nu, FAVOR+'s
 m, ...), and the same d_key where the map keeps it. A map without such a parameter sets d_key
 from d_dot (ELU+1: d_key = d_dot), so its d_key is left out too.
 
@@ -38,8 +38,8 @@ from matplotlib.figure import Figure
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.intervals import MIN_LEVELS, LevelLaw, level_law, median_interval
-from kernelzoo.analysis.style import (BASE_LABELS, D_DOT_PARAMS, canonical_params, config_colors,
-                             format_value, legend, natural_key, save)
+from kernelzoo.analysis.style import (canonical_params, config_colors, format_value, legend,
+                                      map_label, natural_key, save, sizing_param)
 
 MIN_D_DOTS = MIN_LEVELS
 COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n_points",
@@ -97,8 +97,8 @@ def _keys(runs: pd.DataFrame) -> tuple[dict, dict]:
     d_dot; a key is (feature_map, canonical params, d_key or None, update_rule)."""
     keys, params = {}, {}
     for r in runs.drop_duplicates("label").dropna(subset=["d_dot"]).itertuples():
-        sized = D_DOT_PARAMS.get(r.feature_map, ())
-        rest = {k: v for k, v in json.loads(r.feature_map_params).items() if k not in sized}
+        sized = sizing_param(r.feature_map)
+        rest = {k: v for k, v in json.loads(r.feature_map_params).items() if k != sized}
         key = (r.feature_map, canonical_params(rest), int(r.d_key) if sized else None,
                r.update_rule)
         keys[r.label], params[key] = key, rest
@@ -110,8 +110,10 @@ def _name(key: tuple, params: dict, rules: bool) -> str:
     configuration labels), d_key where the map keeps it, the update rule where several ran."""
     fmap, _, d_key, rule = key
     dicts = [p for k, p in params.items() if k[0] == fmap]
-    shown = [k for k in sorted(params[key]) if len({json.dumps(d.get(k)) for d in dicts}) > 1]
-    parts = [BASE_LABELS.get(fmap, fmap)]
+    head, named = map_label(fmap, params[key])  # without the sizing parameter: "DPFP"
+    shown = [k for k in sorted(params[key]) if k not in named
+             and len({json.dumps(d.get(k)) for d in dicts}) > 1]
+    parts = [head]
     parts += [v if isinstance(v, str) else f"{k}={format_value(v)}"
               for k, v in ((k, params[key][k]) for k in shown)]
     return " ".join(parts + ([f"d_key={d_key}"] if d_key is not None else [])
