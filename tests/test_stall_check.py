@@ -64,8 +64,10 @@ def test_a_check_has_its_own_run_id_and_says_whose_check_it_is():
     assert q["identity"] == {**p["identity"], "stall_check_of": rid}
     check = store.run_id(q["identity"], {"nu": 2})
     assert check.startswith("dpfp-nu2-dkey64-S260-sum-seed1-check-") and check != rid
-    assert train.base_summary(composed(*base), q["identity"], check)["stall_check_of"] == rid
-    assert train.base_summary(composed(*base), p["identity"], rid)["stall_check_of"] is None
+    assert train.base_summary(composed(*base), q["identity"], check,
+                              status="converged")["stall_check_of"] == rid
+    assert train.base_summary(composed(*base), p["identity"], rid,
+                              status="converged")["stall_check_of"] is None
     # stall_check (what the sweeper does) is no part of a run's identity
     assert train.plan(composed(*base, "stall_check=true"))["identity"] == p["identity"]
 

@@ -27,8 +27,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from threadpoolctl import threadpool_limits
 
-from kernelzoo import __version__, config
+from kernelzoo import config
 from kernelzoo.records import files, interrupt, progress, store, tracking
+from kernelzoo.records import summary as summary_record
 from kernelzoo.training import checkpoint
 from kernelzoo.config import UsageError
 from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map, map_class,
@@ -112,21 +113,19 @@ def raw_identity(cfg: DictConfig) -> dict:
     return identity
 
 
-def base_summary(cfg: DictConfig, identity: dict, rid: str) -> dict:
+def base_summary(cfg: DictConfig, identity: dict, rid: str, **outcome) -> dict:
+    """The summary.json of the run ``rid`` of ``identity`` (``records.summary``): what the
+    identity says, and the fields of its ``outcome`` (status, reason, losses, diagnostics...)."""
     d_dot = identity["d_dot"]
-    return {
-        "run_id": rid, "experiment": cfg.experiment, "task": identity["task"].get("name"),
-        "feature_map": identity["feature_map"],
-        "feature_map_params": identity["feature_map_params"], "d_key": identity["d_key"],
-        "d_dot": d_dot, "predicted_capacity": d_dot, "n_keys": identity["n_keys"],
-        "seq_len": identity["task"].get("seq_len"),
-        "update_rule": identity["memory"].get("update_rule"),
-        "normalisation": identity["memory"].get("normalisation"), "seed": identity["seed"],
-        "status": None, "reason": None, "steps": 0, "final_eval_loss": None,
-        "best_eval_loss": None, "final_eval_accuracy": None, "wall_seconds": 0.0,
-        "device": None, "kernelzoo_version": __version__, "resumes": 0,
-        "stall_check_of": identity.get("stall_check_of"),  # the stalled run a check retrains
-    }
+    return summary_record.new(
+        run_id=rid, experiment=cfg.experiment, task=identity["task"].get("name"),
+        feature_map=identity["feature_map"], feature_map_params=identity["feature_map_params"],
+        d_key=identity["d_key"], d_dot=d_dot, predicted_capacity=d_dot,
+        n_keys=identity["n_keys"], seq_len=identity["task"].get("seq_len"),
+        update_rule=identity["memory"].get("update_rule"),
+        normalisation=identity["memory"].get("normalisation"), seed=identity["seed"],
+        stall_check_of=identity.get("stall_check_of"),  # the stalled run a check retrains
+        **outcome)
 
 
 def members(cfg: DictConfig) -> list[DictConfig]:
@@ -239,8 +238,8 @@ def train_claimed(todo: list[Member], echo):
         m.tracker = _tracker(m, echo)
 
     def done(m: Member, fields: dict) -> None:
-        summary = {**base_summary(m.cfg, m.plan["identity"], m.rid), **fields,
-                   "wall_seconds": round(m.wall(), 3), "resumes": m.resumes}
+        summary = base_summary(m.cfg, m.plan["identity"], m.rid, **fields,
+                               wall_seconds=round(m.wall(), 3), resumes=m.resumes)
         store.write_summary(m.path, summary)
         checkpoint.remove(m.path)
         if m.path != m.home:
@@ -300,8 +299,7 @@ def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
     if store.is_done(path) and not cfg.force:
         echo(f"skip {rid}: already recorded infeasible")
         return rid, None
-    summary = base_summary(cfg, identity, rid)
-    summary.update(status="infeasible", reason=reason)
+    summary = base_summary(cfg, identity, rid, status="infeasible", reason=reason)
     with store.Claim(path) as claimed:
         if claimed and (cfg.force or not store.is_done(path)):
             store.write_summary(path, summary)

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from kernelzoo.core import diagnostics
-from kernelzoo.records import files, store, tracking
+from kernelzoo.records import files, store, summary, tracking
 from kernelzoo.training import checkpoint
 from kernelzoo.config import TrainerConf
 from kernelzoo.training.devices import flushes_denormals
@@ -219,7 +219,7 @@ class _Run:
         """Close the run's files; the summary fields the loop determines, diagnostics included."""
         self.close()
         ok = self.status != "diverged"
-        found = dict.fromkeys(diagnostics.FIELDS)
+        found = dict.fromkeys(summary.DIAGNOSTICS)
         if not ok:
             self.reason += "; " + diagnostics.divergence(self.model, self.probe, self.evaluated)
         else:  # why it fails, measured from the trained model (diagnostics.py)
