@@ -22,6 +22,7 @@ from kernelzoo.records import tracking
 from kernelzoo.analysis.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
                                 loss_failure, seed_table)
 from kernelzoo.analysis.report import sweep_lines
+from kernelzoo.analysis.style import canonical_params
 
 SRC = Path(analyze.__file__).resolve().parents[1]
 GRID = [20, 40, 60, 80, 100, 120]
@@ -95,7 +96,7 @@ def test_aggregate_is_the_median_with_its_order_statistic_interval():
 
 
 def test_canonical_params_and_labels(tmp_path):
-    assert analyze.canonical_params({"nu": 2, "orthogonal": True, "input_scale": 1.0}) == \
+    assert canonical_params({"nu": 2, "orthogonal": True, "input_scale": 1.0}) == \
         "input_scale=1,nu=2,orthogonal=true"
     exp = tmp_path / "x"
     for params in ({"m": 64, "variant": "hyperbolic"}, {"m": 64, "variant": "trig"},

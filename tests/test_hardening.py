@@ -384,7 +384,7 @@ def test_sigkill_of_a_joblib_sweep_takes_its_workers_and_the_rerun_cleans_shm(
 
 def test_an_unset_environment_variable_in_a_value_is_one_line(tmp_path, monkeypatch):
     from kernelzoo import config
-    from kernelzoo.train import plan
+    from kernelzoo.training.plan import plan
 
     monkeypatch.delenv("KERNELZOO_UNSET", raising=False)
     typed = "trainer.lr=${oc.env:KERNELZOO_UNSET}"

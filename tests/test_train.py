@@ -8,19 +8,23 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import slow_but
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from kernelzoo.records import store, tracking
 from kernelzoo.records import summary as schema
 from kernelzoo.training import runner
 from kernelzoo import train as train_module
 from kernelzoo.maps.catalog import build_feature_map
-from kernelzoo.config import CONF
+from kernelzoo import config
+from kernelzoo.config import CONF, Config
 from kernelzoo.core.model import RetrievalModel
 from kernelzoo.training.pack import Pack
 from kernelzoo.core.task import RetrievalTask
-from kernelzoo.train import plan, run
+from kernelzoo.train import run
+from kernelzoo.training.plan import Infeasible, locate, plan, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,7 +138,7 @@ def test_run_id_depends_on_the_experiment_not_on_logging_or_threads():
            ("trainer.flush_denormal=false",)]
     for extra in [(), *how, ("seed=2",), ("trainer.lr=0.01",), ("feature_map.nu=3",)]:
         p = plan(composed(*base, *extra))
-        ids[extra] = store.run_id(p["identity"], {"nu": p["phi"].params["nu"]})
+        ids[extra] = store.run_id(p.identity, {"nu": p.phi.params["nu"]})
     same = {ids[()], *(ids[extra] for extra in how)}
     assert len(same) == 1
     assert ids[()].startswith("dpfp-nu2-dkey64-S260-sum-seed1-")
@@ -211,11 +215,34 @@ def test_flushed_sum_rule_steps_train_bit_identical_parameters():
     assert all(torch.equal(flushed[n], kept[n]) for n in kept)
 
 
+def test_committed_runs_keep_their_run_ids():
+    """A run id is the store's directory name, so it must never change: the first committed run
+    of every map and run-id parameters (``dpfp-nu2``, ``favor-m64-varianthyperbolic``, ...) of
+    every reference experiment is planned from its config.yaml to its own directory name, and
+    an infeasible point (recorded without a config.yaml) from its experiment's overrides."""
+    seen = set()
+    for file in sorted((ROOT / "results" / "reference").glob("*/runs/*/config.yaml")):
+        run = file.parent
+        kind = (run.parent.parent.name, run.name.split("-dkey")[0])
+        if kind in seen:
+            continue
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), yaml.safe_load(file.read_text()))
+        assert locate(cfg, resolve(cfg).identity)[0] == run.name
+        seen.add(kind)
+    assert len(seen) >= 50
+    point = ["+experiments=dot_scaling", "feature_map=dpfp", "d_dot=16", "n_keys=4", "seed=1"]
+    with config.as_job(config.compose("config", point)) as job:
+        p = resolve(job)
+        assert isinstance(p, Infeasible)
+        assert locate(job, p.identity)[0] == "dpfp-dkey32-S4-sum-seed1-3f2cf939"
+    assert (ROOT / "results/reference/dot_scaling/runs/dpfp-dkey32-S4-sum-seed1-3f2cf939").is_dir()
+
+
 def test_d_dot_resolves_the_feature_map_parameters():
     p = plan(composed("feature_map=dpfp", "d_dot=384"))
-    assert p["phi"].params["nu"] == 3 and p["identity"]["d_dot"] == 384
+    assert p.phi.params["nu"] == 3 and p.identity["d_dot"] == 384
     p = plan(composed("feature_map=elu", "d_dot=32"))
-    assert p["phi"].d_key == 32 and p["identity"]["d_key"] == 32
+    assert p.phi.d_key == 32 and p.identity["d_key"] == 32
 
 
 def test_wandb_mode_follows_env_then_login_then_offline(tmp_path, monkeypatch):

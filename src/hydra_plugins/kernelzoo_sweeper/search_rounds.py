@@ -63,7 +63,7 @@ class Series:
         return [*self.overrides, f"n_keys={n_keys}"]
 
     def identity_at(self, n_keys: int) -> dict:
-        """The run identity of the series' point at ``n_keys`` (``kernelzoo.train.plan``'s)."""
+        """The run identity of the series' point at ``n_keys`` (``kernelzoo.training.plan``'s)."""
         task = self.task
         seq_len, eval_seq_len = config.sequence_lengths(n_keys, task.replacement, task.seq_len,
                                                         task.eval_seq_len)
@@ -109,25 +109,27 @@ class SearchRounds:
 
     def _plan(self, series: Series) -> None:
         """The series' d_dot and spec, from the check of its first grid point."""
+        from kernelzoo.training.plan import Infeasible
+
         if not series.grid_keys and None in (self.conf.min_keys, self.conf.max_keys):
             fail(f"search=bisect needs a range of n_keys for {series.key or 'the sweep'}: give "
                  "n_keys values in the grid (e.g. n_keys=20,600) or search.min_keys/max_keys")
         first = series.point(series.grid_keys[0]) if series.grid_keys else list(series.overrides)
         p = self.sweeper.plans[tuple(sorted(first))]
-        if isinstance(p, Exception):  # infeasible: no spec, one probe records it with why
-            print(f"infeasible: {series.key}: {p}")
+        if isinstance(p, Infeasible):  # no spec, one probe records it with why
+            print(f"infeasible: {series.key}: {p.reason}")
             return
-        identity = {k: v for k, v in p["identity"].items() if k != "n_keys"}
+        identity = {k: v for k, v in p.identity.items() if k != "n_keys"}
         identity["task"] = {k: v for k, v in identity["task"].items()
                             if k not in ("seq_len", "eval_seq_len")}  # these follow n_keys
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode())
         series.key = f"{identity['feature_map']}-seed{identity['seed']}-{digest.hexdigest()[:8]}"
         d_dot = identity["d_dot"]
         series.d_dot = d_dot
-        series.identity, series.task = p["identity"], p["task"]
-        if series.grid_keys and series.identity_at(series.grid_keys[0]) != p["identity"]:
+        series.identity, series.task = p.identity, p.task
+        if series.grid_keys and series.identity_at(series.grid_keys[0]) != p.identity:
             series.identity = None  # not derivable here: read its probes through the index
-        series.spec = make_spec(self.conf, d_dot, p["phi"].d_key, series.grid_keys
+        series.spec = make_spec(self.conf, d_dot, p.phi.d_key, series.grid_keys
                                 or [self.conf.min_keys, self.conf.max_keys])
 
     def record(self) -> dict:
@@ -237,7 +239,7 @@ class SearchRounds:
         """The summary of the series' finished run at ``n_keys``, or None: by the run id its
         point resolves to, else through the store's index."""
         if series.identity is not None:
-            from kernelzoo.train import locate
+            from kernelzoo.training.plan import locate
 
             _, path = locate(self.config, series.identity_at(n_keys))
             if store.is_done(path):

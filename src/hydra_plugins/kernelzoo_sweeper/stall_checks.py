@@ -86,7 +86,7 @@ def _setting(run_dir: Path, key: str) -> int | None:
 def plan(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Plan:
     """The checks of the stalled runs of ``points`` ({run_id: the sweep point that made it}),
     by the stall rule at ``threshold`` over the store's runs but its checks."""
-    from kernelzoo.analyze import load_runs
+    from kernelzoo.analysis.runs import load_runs
     from kernelzoo.analysis.stalls import stalled
 
     found = Plan()

@@ -121,7 +121,7 @@ def _name(key: tuple, params: dict, rules: bool) -> str:
 
 
 def families(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[Family]:
-    """Every family with a failure point (fails_at) in some view (``runs``: ``analyze.load_runs``;
+    """Every family with a failure point (fails_at) in some view (``runs``: ``runs.load_runs``;
     ``seeds``: ``capacity.seed_table``), in natural order of name, its laws where they qualify."""
     keys, params = _keys(runs)
     d_dots = runs.drop_duplicates("label").set_index("label")["d_dot"]
