@@ -39,6 +39,7 @@ from kernelzoo.config import SearchConf
 from kernelzoo.search import VIEWS, Observation, Probe, make_spec, search_views
 from kernelzoo.words import plural
 
+from .packs import Point
 from .points import fail, override_key, override_value
 
 
@@ -51,6 +52,7 @@ class Series:
         self.key = " ".join(sorted(o for o in overrides if not o.startswith("search")))
         self.spec = None
         self.d_dot = None
+        self.plan = None  # the check of its first point: its Plan or Infeasible record
         self.identity = self.task = None  # the run identity of its first point, and its task
         self.observed: dict[int, Observation] = {}
         self.probes: list[dict] = []
@@ -115,7 +117,7 @@ class SearchRounds:
             fail(f"search=bisect needs a range of n_keys for {series.key or 'the sweep'}: give "
                  "n_keys values in the grid (e.g. n_keys=20,600) or search.min_keys/max_keys")
         first = series.point(series.grid_keys[0]) if series.grid_keys else list(series.overrides)
-        p = self.sweeper.plans[tuple(sorted(first))]
+        p = series.plan = self.sweeper.plans[tuple(sorted(first))]
         if isinstance(p, Infeasible):  # no spec, one probe records it with why
             print(f"infeasible: {series.key}: {p.reason}")
             return
@@ -160,8 +162,8 @@ class SearchRounds:
             print(f"round {round_no}: {'planning' if self.config.dry_run else 'launching'} "
                   f"{plural(len(todo), 'probe')} ({len(wanted) - len(todo)} read from the store)")
             todo.sort(key=lambda sp: -sp[1].n_keys)  # largest first: the slowest start first
-            returns += self.sweeper.launch([s.point(p.n_keys) for s, p in todo],
-                                           label=f"round {round_no}")
+            returns += self.sweeper.launch([Point.of(s.point(p.n_keys), s.plan, p.n_keys)
+                                            for s, p in todo], label=f"round {round_no}")
             for s, p in todo:
                 if self.config.dry_run:  # the probes are planned, nothing is trained
                     self.planned.setdefault(s.key, []).append(p.n_keys)

@@ -154,4 +154,4 @@ def run(sweeper, points: list[list[str]]) -> list:
         return []
     todo = [check.point for check in found.checks]
     sweeper.plans.update(check_points(sweeper, todo))  # a bad value: one line, exit 2
-    return sweeper.launch(todo, label="stall checks")
+    return sweeper.launch(sweeper.checked(todo), label="stall checks")
