@@ -22,6 +22,7 @@ from kernelzoo.records import tracking
 from kernelzoo.analysis.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
                                 loss_failure, seed_table)
 from kernelzoo.analysis.report import sweep_lines
+from kernelzoo.analysis.style import canonical_params
 
 SRC = Path(analyze.__file__).resolve().parents[1]
 GRID = [20, 40, 60, 80, 100, 120]
@@ -95,7 +96,7 @@ def test_aggregate_is_the_median_with_its_order_statistic_interval():
 
 
 def test_canonical_params_and_labels(tmp_path):
-    assert analyze.canonical_params({"nu": 2, "orthogonal": True, "input_scale": 1.0}) == \
+    assert canonical_params({"nu": 2, "orthogonal": True, "input_scale": 1.0}) == \
         "input_scale=1,nu=2,orthogonal=true"
     exp = tmp_path / "x"
     for params in ({"m": 64, "variant": "hyperbolic"}, {"m": 64, "variant": "trig"},
@@ -208,9 +209,9 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
         "feature_map", "params", "d_key", "d_dot", "update_rule", "lr", "predicted_capacity", "n_seeds",
         "observed_capacity", "ci_low", "ci_high", "first_failure", "ratio", "outcome"]
     assert header[14:16] == ["ci_level", "rank_bound"]
-    assert header[-4:] == [*analyze.published.PUBLISHED_COLUMNS,
+    assert header[-5:] == [*analyze.published.PUBLISHED_COLUMNS,
                            *analyze.published.REFERENCE_COLUMNS] == [
-        "published_capacity", "published_outcome", "reference_capacity",
+        "published_capacity", "published_outcome", "published_verdict", "reference_capacity",
         "reference_outcome"]  # appended after label
     capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
     assert capacity.shape == (5, len(header) - 1)

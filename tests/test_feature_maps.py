@@ -2,6 +2,7 @@
 from the reference document (§), then statistical and structural properties. Statistical tests
 are float64 with fixed seeds."""
 
+import inspect
 import json
 import math
 import subprocess
@@ -255,6 +256,23 @@ POSITIVE = {"relu", "elu", "dpfp", "favor", "squared_relu", "sigmoid", "hedgehog
 def test_every_registered_map_is_covered():
     assert set(FEATURE_MAPS) == {name for name, _, _ in SHAPE_CASES}
     assert all(issubclass(cls, FeatureMap) and cls.name == name for name, cls in FEATURE_MAPS.items())
+
+
+def test_each_map_declares_its_label_sizing_and_run_id_parameters():
+    """How a map is named lives on its class: a label, the parameter params_for_d_dot resolves
+    (shown in run ids), the run id's parameters among the map's own."""
+    for name, cls in FEATURE_MAPS.items():
+        takes = set(inspect.signature(cls.__init__).parameters) - {"self", "d_key"}
+        assert cls.label and set(cls.run_id_params) <= takes, name
+        if cls.sizing_param is not None:
+            assert cls.sizing_param in cls.run_id_params, name
+            d_dot = build_feature_map(name, d_key=16).d_dot
+            assert cls.sizing_param in resolve_params(name, 16, d_dot), name
+    assert FEATURE_MAPS["elu"].label_of({}) == ("ELU+1", ())
+    assert FEATURE_MAPS["dpfp"].label_of({"nu": 2}) == ("DPFP-2", ("nu",))
+    assert FEATURE_MAPS["favor"].run_id_shows({"m": 64, "variant": "positive", "seed": None}) \
+        == {"m": 64, "variant": "positive"}
+    assert FEATURE_MAPS["dpfp"].run_id_shows({"nu": None}) == {}
 
 
 def test_the_maps_import_the_base_and_the_base_imports_no_map():

@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY, runs_dir, snapshot
 
 from kernelzoo.records import store
+from kernelzoo.records.summary import new as new_summary
 from kernelzoo import train as train_module
 from kernelzoo.config import UsageError
 
@@ -383,7 +384,7 @@ def test_sigkill_of_a_joblib_sweep_takes_its_workers_and_the_rerun_cleans_shm(
 
 def test_an_unset_environment_variable_in_a_value_is_one_line(tmp_path, monkeypatch):
     from kernelzoo import config
-    from kernelzoo.train import plan
+    from kernelzoo.training.plan import plan
 
     monkeypatch.delenv("KERNELZOO_UNSET", raising=False)
     typed = "trainer.lr=${oc.env:KERNELZOO_UNSET}"
@@ -445,9 +446,10 @@ def test_an_index_entry_naming_another_run_is_named_not_followed(tmp_path):
 
     other = store.run_dir(tmp_path, "idx", "elu-S30")
     other.mkdir(parents=True)
-    summary = {**dict.fromkeys(store.SUMMARY_KEYS), "run_id": other.name, "experiment": "idx",
-               "feature_map": "elu", "feature_map_params": {}, "d_key": 4, "n_keys": 30,
-               "seed": 1, "steps": 50, "update_rule": "sum", "status": "converged"}
+    summary = new_summary(run_id=other.name, experiment="idx", task=None, feature_map="elu",
+                          feature_map_params={}, d_key=4, d_dot=None, predicted_capacity=None,
+                          n_keys=30, seq_len=None, seed=1, steps=50, update_rule="sum",
+                          normalisation=None, status="converged")
     (other / "summary.json").write_text(json.dumps(summary))
     point = ["feature_map=elu", "n_keys=20", "seed=1"]
     store.index_point(tmp_path, "idx", point, other.name)  # valid, but another point's run

@@ -8,10 +8,11 @@ import torch
 from conftest import PYTHON, base_env, run_cmd, slow_but, smoke_args, sweep
 from hydra import compose, initialize_config_dir
 
+from hydra_plugins.kernelzoo_sweeper.packs import Point, packs
 from kernelzoo.records import store
 from kernelzoo.training import pack
 from kernelzoo.maps.catalog import build_feature_map
-from kernelzoo.config import CONF
+from kernelzoo.config import CONF, Config
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
 from kernelzoo.core.task import RetrievalTask
 from kernelzoo.train import run
@@ -171,6 +172,25 @@ def test_compile_auto_is_for_cuda_and_bad_values_are_refused():
     assert update(50) == 2  # sequences of 2S
     assert pack.most_runs("auto", "cuda", 32, 64, False)(600) == pack.AUTO_SIZE["cuda"]
     assert pack.most_runs("3", "cpu", 32, 64, False)(600) == 3
+
+
+def test_a_sweeps_packs_are_records_with_one_override_for_hydra():
+    """The sweeper packs its checked points (typed n_keys, seed, settings) into Pack records;
+    the one string a job gets is Pack.overrides, read back as the typed pack_members."""
+    c = Config()
+    c.trainer.pack = "3"
+    points = [Point(("feature_map=elu", f"n_keys={n}", f"seed={s}"), n, s, c)
+              for n in (20, 40, 60, 80) for s in (1, 2)]
+    points.append(Point(("feature_map=dpfp", "n_keys=20"), 20, 1, c))
+    found = packs(points)
+    assert [p.runs for p in found] == [3, 3, 2, 1]  # at most trainer.pack, largest first
+    assert sorted(pt.overrides for p in found for pt in p.points) == \
+        sorted(pt.overrides for pt in points)
+    assert found[0].overrides() == ["feature_map=elu", "n_keys=80", "seed=1",
+                                    "pack_members=[[80,2],[60,1]]"]
+    assert found[-1].overrides() == ["feature_map=dpfp", "n_keys=20"]  # alone: no pack_members
+    job = composed(*found[0].overrides())
+    assert [tuple(m) for m in job.pack_members] == [(80, 2), (60, 1)]
 
 
 @pytest.mark.slow

@@ -2,15 +2,16 @@
 the run that never stopped — the same curve, byte for byte, and the same summary."""
 
 import json
+from dataclasses import replace
 
 import pytest
-import torch
 from conftest import PYTHON, slow_but, train as cli_train
 from test_pack import CASES, composed
 
 from kernelzoo.records import store
 from kernelzoo.training import checkpoint
 from kernelzoo.train import run
+from kernelzoo.training.plan import plan
 
 TINY = ["d_key=8", "logger=none", "trainer.max_steps=300", "trainer.eval_every=50",
         "trainer.eval_sequences=4", "trainer.patience=100", "trainer.progress=false"]
@@ -124,15 +125,16 @@ def test_a_checkpoint_that_cannot_be_used_restarts_the_run_and_says_why(tmp_path
 
 
 def test_a_checkpoint_of_another_device_or_configuration_is_not_used(tmp_path):
-    identity = {"feature_map": "elu", "n_keys": 6}
-    checkpoint.write(tmp_path, {"identity": checkpoint.key(identity), "device": "cuda:0",
+    p = plan(composed("feature_map=elu", "n_keys=6", "trainer.device=cpu"))
+    checkpoint.write(tmp_path, {"identity": checkpoint.key(p.identity), "device": "cuda:0",
                                 "step": 50})
     (tmp_path / "curve.csv").write_text("step\n")
-    saved, why = checkpoint.read(tmp_path, identity, torch.device("cpu"), lambda: None)
+    saved, why = checkpoint.read(tmp_path, p, lambda: None)
     assert saved is None and why == "its checkpoint.pt was written on cuda:0, this run trains on cpu"
-    saved, why = checkpoint.read(tmp_path, {**identity, "n_keys": 7}, torch.device("cpu"), lambda: None)
+    other = replace(p, identity={**p.identity, "n_keys": 7})
+    saved, why = checkpoint.read(tmp_path, other, lambda: None)
     assert saved is None and why == "its checkpoint.pt is of another configuration"
-    assert checkpoint.read(tmp_path / "none", identity, torch.device("cpu"), lambda: None) == (None, None)
+    assert checkpoint.read(tmp_path / "none", p, lambda: None) == (None, None)
 
 
 def test_resume_false_starts_over_and_dry_run_names_the_checkpoint(tmp_path, monkeypatch):

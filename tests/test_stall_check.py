@@ -20,8 +20,9 @@ from synthetic import write_run
 
 from hydra_plugins.kernelzoo_sweeper import stall_checks
 from kernelzoo import config, train
+from kernelzoo.training import plan as planning
 from kernelzoo.records import store
-from kernelzoo.analyze import load_runs
+from kernelzoo.analysis.runs import load_runs
 from kernelzoo.config import CONF, Config, UsageError
 
 
@@ -49,25 +50,27 @@ def test_committed_runs_keep_their_run_ids():
             continue
         raw = yaml.safe_load((run / "config.yaml").read_text())
         cfg = OmegaConf.merge(OmegaConf.structured(Config), raw)
-        p = train.plan(cfg)
-        assert "stall_check_of" not in p["identity"]
-        assert train.locate(cfg, p["identity"])[0] == run.name
+        p = planning.plan(cfg)
+        assert "stall_check_of" not in p.identity
+        assert planning.locate(cfg, p.identity)[0] == run.name
         checked += 1
     assert checked >= 6
 
 
 def test_a_check_has_its_own_run_id_and_says_whose_check_it_is():
     base = ("feature_map=dpfp", "feature_map.nu=2", "n_keys=260")
-    p = train.plan(composed(*base))
-    rid = store.run_id(p["identity"], {"nu": 2})
-    q = train.plan(composed(*base, f"stall_check_of={rid}"))
-    assert q["identity"] == {**p["identity"], "stall_check_of": rid}
-    check = store.run_id(q["identity"], {"nu": 2})
+    p = planning.plan(composed(*base))
+    rid = store.run_id(p.identity, {"nu": 2})
+    q = planning.plan(composed(*base, f"stall_check_of={rid}"))
+    assert q.identity == {**p.identity, "stall_check_of": rid}
+    check = store.run_id(q.identity, {"nu": 2})
     assert check.startswith("dpfp-nu2-dkey64-S260-sum-seed1-check-") and check != rid
-    assert train.base_summary(composed(*base), q["identity"], check)["stall_check_of"] == rid
-    assert train.base_summary(composed(*base), p["identity"], rid)["stall_check_of"] is None
+    assert planning.summary_of("adhoc", q.identity, check,
+                               status="converged")["stall_check_of"] == rid
+    assert planning.summary_of("adhoc", p.identity, rid,
+                               status="converged")["stall_check_of"] is None
     # stall_check (what the sweeper does) is no part of a run's identity
-    assert train.plan(composed(*base, "stall_check=true"))["identity"] == p["identity"]
+    assert planning.plan(composed(*base, "stall_check=true")).identity == p.identity
 
 
 @pytest.mark.parametrize("override, needle", [

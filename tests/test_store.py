@@ -25,7 +25,7 @@ from synthetic import write_run, write_series
 
 from kernelzoo.records import files, store
 from kernelzoo import train as train_module
-from kernelzoo.analyze import load_runs
+from kernelzoo.analysis.runs import load_runs
 
 GRID = [20, 40, 60, 80, 100, 120]
 OUTPUTS = ("runs.parquet", "capacity.csv", "report.md", "loss_vs_keys.png",

@@ -18,6 +18,7 @@ from conftest import (DONE, INFEASIBLE, PYTHON, REPO, SKIP, SMOKE_INFEASIBLE, SM
                       read_all, run_cmd, run_ids, runs_dir, smoke_args, snapshot, sweep, train)
 
 from kernelzoo.records import store
+from kernelzoo.records.summary import STATUSES
 
 ANALYZE_MISSING = not (REPO / "src" / "kernelzoo" / "analyze.py").is_file()
 FINISHED = re.compile(r"^sweep (\S+) finished in [\d.]+ min: (.*)$", re.M)
@@ -50,7 +51,7 @@ def check_complete_smoke_store(results: Path, expected_points: int = SMOKE_POINT
         if s["status"] == "infeasible":
             assert not (path / "curve.csv").exists()
             continue
-        assert s["status"] in store.STATUSES and 0 < s["steps"] <= 300, s
+        assert s["status"] in STATUSES and 0 < s["steps"] <= 300, s
         assert s["device"] == "cpu"
         assert (path / "config.yaml").is_file()
         with open(path / "curve.csv") as f:

@@ -8,18 +8,23 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import slow_but
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from kernelzoo.records import store, tracking
+from kernelzoo.records import summary as schema
 from kernelzoo.training import runner
 from kernelzoo import train as train_module
 from kernelzoo.maps.catalog import build_feature_map
-from kernelzoo.config import CONF
+from kernelzoo import config
+from kernelzoo.config import CONF, Config
 from kernelzoo.core.model import RetrievalModel
 from kernelzoo.training.pack import Pack
 from kernelzoo.core.task import RetrievalTask
-from kernelzoo.train import plan, run
+from kernelzoo.train import run
+from kernelzoo.training.plan import Infeasible, locate, plan, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +59,8 @@ def test_elu_20_keys_converges_and_writes_a_complete_store_entry(tmp_path):
     assert summary["predicted_capacity"] == 64 and summary["n_keys"] == 20
     assert summary["seq_len"] == 20 and summary["update_rule"] == "sum"
     assert summary["steps"] % 100 == 0
-    assert set(store.SUMMARY_KEYS) <= set(summary)
+    assert {f.name for f in schema.FIELDS if f.kind == schema.REQUIRED} <= set(summary)
+    assert list(summary) == [f.name for f in schema.FIELDS]  # diagnostics included, in order
     assert path.name == summary["run_id"] and path.name.startswith("elu-dkey64-S20-sum-seed1-")
     lines = (path / "curve.csv").read_text().splitlines()
     assert lines[0] == "step,train_loss,eval_loss,eval_accuracy"
@@ -92,7 +98,7 @@ def test_run_directory_without_summary_is_redone_from_scratch(tmp_path):
     (path / "stale.tmp").write_text("x")
     res = cli(*args)
     assert res.returncode == 0 and "done " in res.stdout
-    assert store.read_summary(path)["status"] in store.STATUSES
+    assert store.read_summary(path)["status"] in schema.STATUSES
     assert not (path / "stale.tmp").exists()
     assert (path / "curve.csv").read_text().startswith("step,")
 
@@ -132,7 +138,7 @@ def test_run_id_depends_on_the_experiment_not_on_logging_or_threads():
            ("trainer.flush_denormal=false",)]
     for extra in [(), *how, ("seed=2",), ("trainer.lr=0.01",), ("feature_map.nu=3",)]:
         p = plan(composed(*base, *extra))
-        ids[extra] = store.run_id(p["identity"], {"nu": p["phi"].params["nu"]})
+        ids[extra] = store.run_id(p.identity, {"nu": p.phi.params["nu"]})
     same = {ids[()], *(ids[extra] for extra in how)}
     assert len(same) == 1
     assert ids[()].startswith("dpfp-nu2-dkey64-S260-sum-seed1-")
@@ -209,11 +215,34 @@ def test_flushed_sum_rule_steps_train_bit_identical_parameters():
     assert all(torch.equal(flushed[n], kept[n]) for n in kept)
 
 
+def test_committed_runs_keep_their_run_ids():
+    """A run id is the store's directory name, so it must never change: the first committed run
+    of every map and run-id parameters (``dpfp-nu2``, ``favor-m64-varianthyperbolic``, ...) of
+    every reference experiment is planned from its config.yaml to its own directory name, and
+    an infeasible point (recorded without a config.yaml) from its experiment's overrides."""
+    seen = set()
+    for file in sorted((ROOT / "results" / "reference").glob("*/runs/*/config.yaml")):
+        run = file.parent
+        kind = (run.parent.parent.name, run.name.split("-dkey")[0])
+        if kind in seen:
+            continue
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), yaml.safe_load(file.read_text()))
+        assert locate(cfg, resolve(cfg).identity)[0] == run.name
+        seen.add(kind)
+    assert len(seen) >= 50
+    point = ["+experiments=dot_scaling", "feature_map=dpfp", "d_dot=16", "n_keys=4", "seed=1"]
+    with config.as_job(config.compose("config", point)) as job:
+        p = resolve(job)
+        assert isinstance(p, Infeasible)
+        assert locate(job, p.identity)[0] == "dpfp-dkey32-S4-sum-seed1-3f2cf939"
+    assert (ROOT / "results/reference/dot_scaling/runs/dpfp-dkey32-S4-sum-seed1-3f2cf939").is_dir()
+
+
 def test_d_dot_resolves_the_feature_map_parameters():
     p = plan(composed("feature_map=dpfp", "d_dot=384"))
-    assert p["phi"].params["nu"] == 3 and p["identity"]["d_dot"] == 384
+    assert p.phi.params["nu"] == 3 and p.identity["d_dot"] == 384
     p = plan(composed("feature_map=elu", "d_dot=32"))
-    assert p["phi"].d_key == 32 and p["identity"]["d_key"] == 32
+    assert p.phi.d_key == 32 and p.identity["d_key"] == 32
 
 
 def test_wandb_mode_follows_env_then_login_then_offline(tmp_path, monkeypatch):
@@ -227,15 +256,59 @@ def test_wandb_mode_follows_env_then_login_then_offline(tmp_path, monkeypatch):
     assert tracking.resolve_mode()[0] == "online"
 
 
+def a_summary(**fields) -> dict:
+    return schema.new(run_id="elu-S4", experiment="adhoc", task="capacity", feature_map="elu",
+                      feature_map_params={}, d_key=4, d_dot=4, predicted_capacity=4, n_keys=4,
+                      seq_len=4, update_rule="sum", normalisation="attention", seed=1,
+                      **{"status": "converged", **fields})
+
+
 def test_store_summary_is_json_and_rejects_corruption(tmp_path):
-    summary = {k: None for k in store.SUMMARY_KEYS}
-    summary.update(status="converged", final_eval_loss=float("nan"), best_eval_loss=float("inf"))
+    summary = a_summary(final_eval_loss=float("nan"), best_eval_loss=float("inf"))
     store.write_summary(tmp_path, summary)
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["final_eval_loss"] is None and data["best_eval_loss"] == "inf"
     (tmp_path / "summary.json").write_text('{"status": "conv')
     with pytest.raises(store.StoreError, match="summary.json"):
         store.read_summary(tmp_path)
+
+
+def test_one_summary_schema_for_writers_and_readers(tmp_path):
+    """Writers build summaries from the declared fields (defaults, order); the store writes and
+    reads only what the schema accepts; older summaries read as they always did."""
+    summary = a_summary()
+    assert list(summary)[-2:] == ["resumes", "stall_check_of"]  # no diagnostics: never measured
+    assert summary["steps"] == 0 and summary["kernelzoo_version"]
+    with pytest.raises(ValueError, match="no field n_key"):
+        a_summary(n_key=4)
+    with pytest.raises(ValueError, match="lacks status"):
+        schema.new(**{k: v for k, v in summary.items() if k != "status"})
+    with pytest.raises(ValueError, match="steps is 1.5, not an integer"):
+        store.write_summary(tmp_path, a_summary(steps=1.5))
+    assert not (tmp_path / "summary.json").exists()
+    older = {k: v for k, v in summary.items() if k not in ("resumes", "stall_check_of")}
+    (tmp_path / "summary.json").write_text(json.dumps({**older, "extra": [1]}))
+    read = store.read_summary(tmp_path)  # absent: stall_check_of null, resumes absent; kept
+    assert read == {**older, "extra": [1], "stall_check_of": None}
+    for bad, message in (({"dead_keys": 1.5}, "dead_keys is 1.5, not an integer or null"),
+                         ({"status": "done"}, "status 'done' is not one of converged"),
+                         ({"margin": "x"}, "margin is \"x\", not a number")):
+        (tmp_path / "summary.json").write_text(json.dumps({**summary, **bad}))
+        with pytest.raises(store.StoreError, match=message):
+            store.read_summary(tmp_path)
+
+
+def test_committed_summaries_are_what_the_schema_writes(tmp_path):
+    """A committed summary of a trained run with resumes (the newest committed) is byte for
+    byte what ``write_summary`` makes of it, but for stall_check_of (younger than those runs,
+    read as null): the writers' fields and their order are the schema's."""
+    full = [f for f in sorted((ROOT / "results" / "reference").glob("*/runs/*/summary.json"))
+            if '"resumes"' in f.read_text()][::10]
+    assert len(full) > 10
+    for f in full:
+        store.write_summary(tmp_path, schema.new(**store.read_summary(f.parent)))
+        written = (tmp_path / "summary.json").read_text()
+        assert written.replace('  "stall_check_of": null,\n', "") == f.read_text(), f
 
 
 @pytest.mark.slow

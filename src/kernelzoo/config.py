@@ -315,7 +315,7 @@ def _known_keys(node: DictConfig, schema, prefix: str, overrides) -> None:
 
 
 def _related(c: Config) -> None:
-    """The rules between fields that need no feature map (``train.plan`` checks the others)."""
+    """The rules between fields that need no feature map (``training.plan`` checks the others)."""
     if not c.task.replacement:
         for key in ("seq_len", "eval_seq_len"):
             value = getattr(c.task, key)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import sys
 from pathlib import Path
@@ -26,107 +25,21 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from threadpoolctl import threadpool_limits
 
-from kernelzoo import __version__, config
+from kernelzoo import config
 from kernelzoo.records import files, interrupt, progress, store, tracking
 from kernelzoo.training import checkpoint
 from kernelzoo.config import UsageError
 from kernelzoo.hydra_adapter import args_parser
-from kernelzoo.maps.catalog import ConfigError, InfeasibleError, build_feature_map, resolve_params
-from kernelzoo.training.devices import check_memory, require, resolve_device
 from kernelzoo.training.pack import step_cost
+from kernelzoo.training.plan import Infeasible, Plan, locate, resolve, summary_of
 from kernelzoo.training.runner import Member, build_model, fit
 from kernelzoo.words import plural
-
-NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",  # how, not
-                               "checkpoint_minutes", "flush_denormal")}  # what, is computed
-
 
 if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached: one per sweep
     OmegaConf.register_new_resolver("pid", os.getpid, use_cache=True)
 
 
 LOG = logging.getLogger(__name__)  # a run's log file (train.log in its Hydra job directory)
-
-
-def plan(cfg: DictConfig) -> dict:
-    """Check ``cfg`` and resolve everything a run needs; raise UsageError/InfeasibleError."""
-    c = config.check(cfg)
-    task, mem, tr = c.task, c.memory, c.trainer
-    S, d_key = c.n_keys, c.d_key
-    seq_len, eval_seq_len = config.sequence_lengths(S, task.replacement, task.seq_len,
-                                                    task.eval_seq_len)
-    tr.progress = tr.progress.lower()
-    device = resolve_device(tr.device)
-    fm = dict(c.feature_map)
-    name = fm.pop("name", None)
-    torch.manual_seed(c.seed)  # a random map draws its first projection here
-    try:
-        if c.d_dot is not None:
-            kwargs = resolve_params(name, d_key=d_key, d_dot=c.d_dot, **fm)
-        else:
-            kwargs = {"d_key": d_key, **fm}
-        phi = build_feature_map(name, **kwargs)
-    except ConfigError as err:
-        raise UsageError(f"feature_map={name}: {str(err).removeprefix(f'{name}: ')}") from None
-    require(not (phi.is_softmax and mem.update_rule != "sum"),
-           f"memory.update_rule={mem.update_rule} with feature_map=softmax: softmax attention "
-           "has no fast-weight state; valid: memory=sum")
-    check_memory(c, phi, device, seq_len, eval_seq_len)
-    identity = {
-        "feature_map": name, "feature_map_params": phi.params, "d_key": phi.d_key,
-        "d_dot": None if math.isinf(phi.d_dot) else phi.d_dot, "n_keys": S, "seed": c.seed,
-        "task": {**vars(task), "seq_len": seq_len, "eval_seq_len": eval_seq_len},
-        "memory": vars(mem),
-        "trainer": {k: v for k, v in vars(tr).items() if k not in NOT_IN_IDENTITY["trainer"]},
-    }
-    if c.stall_check_of is not None:  # a stall check (sweeper); absent otherwise: ids unchanged
-        identity["stall_check_of"] = c.stall_check_of
-    return {"identity": identity, "phi": phi, "task": task, "memory": mem, "trainer": tr,
-            "device": device, "seq_len": seq_len, "eval_seq_len": eval_seq_len}
-
-
-def _name_params(feature_map: str, params: dict) -> dict:
-    """The feature-map parameters worth showing in a run id."""
-    shown = {"dpfp": ("nu",), "favor": ("m", "variant"), "trig": ("m",), "t2r": ("m",),
-             "polysketch": ("r", "degree")}.get(feature_map, ())
-    return {k: params[k] for k in shown if params.get(k) is not None}
-
-
-def locate(cfg: DictConfig, identity: dict) -> tuple[str, Path]:
-    """The run id of ``identity`` and its directory in the store."""
-    params = _name_params(identity["feature_map"], identity["feature_map_params"])
-    rid = store.run_id(identity, params)
-    return rid, store.run_dir(cfg.results_dir, cfg.experiment, rid)
-
-
-def raw_identity(cfg: DictConfig) -> dict:
-    """Identity of a point that could not be planned (for its infeasible record)."""
-    fm = OmegaConf.to_container(cfg.feature_map, resolve=True)
-    name = fm.pop("name", "?")
-    identity = {"feature_map": name, "feature_map_params": fm, "d_key": cfg.d_key,
-                "d_dot": cfg.d_dot, "n_keys": cfg.n_keys, "seed": cfg.seed,
-                "task": OmegaConf.to_container(cfg.task, resolve=True),
-                "memory": OmegaConf.to_container(cfg.memory, resolve=True)}
-    if cfg.get("stall_check_of") is not None:
-        identity["stall_check_of"] = cfg.stall_check_of
-    return identity
-
-
-def base_summary(cfg: DictConfig, identity: dict, rid: str) -> dict:
-    d_dot = identity["d_dot"]
-    return {
-        "run_id": rid, "experiment": cfg.experiment, "task": identity["task"].get("name"),
-        "feature_map": identity["feature_map"],
-        "feature_map_params": identity["feature_map_params"], "d_key": identity["d_key"],
-        "d_dot": d_dot, "predicted_capacity": d_dot, "n_keys": identity["n_keys"],
-        "seq_len": identity["task"].get("seq_len"),
-        "update_rule": identity["memory"].get("update_rule"),
-        "normalisation": identity["memory"].get("normalisation"), "seed": identity["seed"],
-        "status": None, "reason": None, "steps": 0, "final_eval_loss": None,
-        "best_eval_loss": None, "final_eval_accuracy": None, "wall_seconds": 0.0,
-        "device": None, "kernelzoo_version": __version__, "resumes": 0,
-        "stall_check_of": identity.get("stall_check_of"),  # the stalled run a check retrains
-    }
 
 
 def members(cfg: DictConfig) -> list[DictConfig]:
@@ -171,17 +84,15 @@ def run(cfg: DictConfig, echo=print) -> list[tuple[str, dict | None]]:
 def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
     """A Member ready to train (claimed, its directory ready), or (run_id, summary or None)
     when there is nothing to train."""
-    try:
-        p = plan(cfg)
-    except InfeasibleError as err:
-        return record_infeasible(cfg, raw_identity(cfg), str(err), echo)
-    identity = p["identity"]
-    rid, path = locate(cfg, identity)
+    p = resolve(cfg)
+    if isinstance(p, Infeasible):
+        return record_infeasible(cfg, p.identity, p.reason, echo)
+    rid, path = locate(cfg, p.identity)
     inside(cfg, path)
     if cfg.dry_run:
         saved = None if store.is_done(path) or not cfg.resume else \
             read_checkpoint(path, p, cfg)[0]
-        echo(f"plan {rid}: d_dot {identity['d_dot']}, " + (
+        echo(f"plan {rid}: d_dot {p.identity['d_dot']}, " + (
             "done" if store.is_done(path) else
             f"to train from its checkpoint at step {saved['step']}" if saved else "to train"))
         return rid, None
@@ -219,15 +130,15 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
     return Member(cfg, p, rid, where, path, checkpoint=saved)
 
 
-def read_checkpoint(path: Path, p: dict, cfg: DictConfig) -> tuple[dict | None, str | None]:
+def read_checkpoint(path: Path, p: Plan, cfg: DictConfig) -> tuple[dict | None, str | None]:
     """``checkpoint.read`` of the planned run ``p`` at ``path``."""
-    return checkpoint.read(path, p["identity"], p["device"], lambda: build_model(p, cfg.n_keys))
+    return checkpoint.read(path, p, lambda: build_model(p, cfg.n_keys))
 
 
 def train_claimed(todo: list[Member], echo):
     """Train the claimed runs as one pack; yield (position, run_id, summary) as each stops:
     its summary is written (and a forced rerun swapped in) at that moment."""
-    tr, device = todo[0].plan["trainer"], todo[0].plan["device"]
+    tr, device = todo[0].plan.trainer, todo[0].plan.device
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     pack = f", a pack of {len(todo)}" if len(todo) > 1 else ""
     finished: list[tuple[int, str, dict]] = []
@@ -239,8 +150,8 @@ def train_claimed(todo: list[Member], echo):
         m.tracker = _tracker(m, echo)
 
     def done(m: Member, fields: dict) -> None:
-        summary = {**base_summary(m.cfg, m.plan["identity"], m.rid), **fields,
-                   "wall_seconds": round(m.wall(), 3), "resumes": m.resumes}
+        summary = summary_of(m.cfg.experiment, m.plan.identity, m.rid, **fields,
+                             wall_seconds=round(m.wall(), 3), resumes=m.resumes)
         store.write_summary(m.path, summary)
         checkpoint.remove(m.path)
         if m.path != m.home:
@@ -269,7 +180,7 @@ def train_claimed(todo: list[Member], echo):
 
 
 def _tracker(m: Member, echo) -> tracking.Tracker:
-    identity, cfg = m.plan["identity"], m.cfg
+    identity, cfg = m.plan.identity, m.cfg
     wandb_config = {**OmegaConf.to_container(cfg, resolve=True), "run_id": m.rid,
                     "d_dot": identity["d_dot"], "predicted_capacity": identity["d_dot"],
                     "feature_map_params": identity["feature_map_params"]}
@@ -300,8 +211,7 @@ def record_infeasible(cfg: DictConfig, identity: dict, reason: str, echo):
     if store.is_done(path) and not cfg.force:
         echo(f"skip {rid}: already recorded infeasible")
         return rid, None
-    summary = base_summary(cfg, identity, rid)
-    summary.update(status="infeasible", reason=reason)
+    summary = summary_of(cfg.experiment, identity, rid, status="infeasible", reason=reason)
     with store.Claim(path) as claimed:
         if claimed and (cfg.force or not store.is_done(path)):
             store.write_summary(path, summary)
@@ -328,10 +238,7 @@ def precheck(argv: list[str]) -> None:
                                  "it could check; valid: in a sweep, python -m kernelzoo.sweep "
                                  "<experiment> stall_check=true")
             with config.as_job(cfg) as job:
-                try:
-                    plan(job)
-                except InfeasibleError:
-                    pass  # the run records it, with its reason
+                resolve(job)  # an infeasible point: the run records it, with its reason
                 config.writable(job.results_dir)
                 inside(job, store.experiment_dir(job.results_dir, job.experiment) / "hydra")
     except UsageError as err:

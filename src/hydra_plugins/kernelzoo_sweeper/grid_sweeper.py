@@ -13,7 +13,8 @@ With ``stall_check=true``, the sweep's stalled runs are then retrained with a lo
 (``stall_checks.py``), as one more launcher batch.
 
 Before anything is written, every point not known finished is composed and checked
-(``points.py``): a bad value anywhere ends the sweep with one line. SIGTERM, SIGINT or SIGHUP
+(``points.py``): a bad value anywhere ends the sweep with one line. Points that differ only in
+n_keys and seed are launched as one job, a pack (``packs.py``). SIGTERM, SIGINT or SIGHUP
 stops the workers and records the interruption, and a SIGKILL takes the workers with it
 (``kernelzoo.records.interrupt``). After the launch it prints one
 line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep.json``
@@ -39,7 +40,8 @@ from kernelzoo.hydra_adapter import sweeper_base
 from kernelzoo.records import files, interrupt, progress, store, tracking
 from kernelzoo.words import plural
 
-from .points import check_launcher, check_points, fail, override_key, override_value
+from .packs import Point, packs
+from .points import check_launcher, check_points, fail, override_key
 
 
 def machine() -> str:
@@ -168,7 +170,7 @@ class GridSweeper(sweeper_base()):
                 print(f"sweep {self.config.experiment}{part}, " +
                       ("a dry run: each is named below, done or to train" if self.config.dry_run
                        else f"{len(points) - len(todo)} already done"))
-                returns = self.launch(todo)
+                returns = self.launch(self.checked(todo))
             if self.config.stall_check:
                 from . import stall_checks
 
@@ -203,8 +205,8 @@ class GridSweeper(sweeper_base()):
     def _totals(self) -> str:
         return ", ".join(f"{k} {self.outcomes[k]}" for k in OUTCOMES if self.outcomes[k])
 
-    def launch(self, points: list[list[str]], label: str = "") -> list:
-        """Run ``points`` through the launcher, packed (``packs``), in batches of
+    def launch(self, points: list[Point], label: str = "") -> list:
+        """Run ``points`` through the launcher, packed (``packs.packs``), in batches of
         max_batch_size jobs; count outcomes (in a batch a signal stopped, the jobs that ended
         before it, as the store's index has them: a pack still in flight counts none of its runs,
         not even those that had left it). Each run prints a progress line (k/N, elapsed, ETA)
@@ -212,10 +214,12 @@ class GridSweeper(sweeper_base()):
         if points and not self.config.dry_run:
             from kernelzoo.training.pack import step_cost
 
-            progress.start(self.config.hydra.sweep.dir, len(points), label, sum(
-                step_cost(int(override_value(p, "n_keys", self.config.n_keys))) for p in points))
+            progress.start(self.config.hydra.sweep.dir, len(points), label,
+                           sum(step_cost(p.n_keys) for p in points))
         returns, self.batch_index = [], 0
-        jobs = self.packs(points)
+        packed = packs(points)
+        self.jobs = {tuple(p.overrides()): p for p in packed}  # a job's overrides: its pack
+        jobs = [p.overrides() for p in packed]
         batch = batch_size(self.max_batch_size, self.config.hydra.launcher)
         self.overrides = list(self.split_overrides_to_chunks(jobs, batch)) if jobs else []
         while not self.is_done():
@@ -224,59 +228,22 @@ class GridSweeper(sweeper_base()):
                 results = self.launcher.launch(batch, initial_job_idx=self.first_job)
             except interrupt.Interrupted:  # the batch's jobs that ended before it: indexed
                 self.outcomes.update(s["status"] for job in batch
-                                     for point in self.members.get(tuple(job), ())
-                                     if (s := self.indexed(point)) is not None)
+                                     for point in self.jobs[tuple(job)].points
+                                     if (s := self.indexed(list(point.overrides))) is not None)
                 raise
             for r, job in zip(results, batch):
-                runs = 1 + sum(o.startswith("pack_members=") and o.count("[") - 1 for o in job)
                 if r.status == JobStatus.COMPLETED:
                     for status in r.return_value:
                         self.outcomes[status or "skipped"] += 1
                 else:
-                    self.outcomes["failed"] += runs
+                    self.outcomes["failed"] += self.jobs[tuple(job)].runs
             self.first_job += len(batch)
             returns.append(results)
         return returns
 
-    def packs(self, points: list[list[str]]) -> list[list[str]]:
-        """One job per pack: points that differ only in n_keys and seed share a job (the first
-        point, plus ``pack_members=[[n_keys, seed], ...]`` of the others), grouped by
-        ``kernelzoo.training.pack.form`` up to ``trainer.pack`` runs (``pack.most_runs``); the packs
-        with the largest n_keys first."""
-        from kernelzoo.training import pack
-
-        groups: dict[tuple, list[list[str]]] = {}
-        for point in points:
-            rest = tuple(o for o in point if override_key(o) not in ("n_keys", "seed"))
-            groups.setdefault(rest, []).append(point)
-        jobs, self.members = [], {}
-        for rest, group in groups.items():
-            n_keys = [int(override_value(p, "n_keys", self.config.n_keys)) for p in group]
-            for members in pack.form(n_keys, self._most_runs(list(rest))):
-                leader, others = group[members[0]], [group[i] for i in members[1:]]
-                extra = [f"[{override_value(p, 'n_keys', self.config.n_keys)},"
-                         f"{override_value(p, 'seed', self.config.seed)}]" for p in others]
-                job = leader + ([f"pack_members=[{','.join(extra)}]"] if extra else [])
-                jobs.append((n_keys[members[0]], job))
-                self.members[tuple(job)] = [leader, *others]
-        return [job for _, job in sorted(jobs, key=lambda j: -j[0])]
-
-    def _most_runs(self, point: list[str]):
-        """``kernelzoo.training.pack.most_runs`` for the points that share ``point``'s other values."""
-        from kernelzoo.training import pack
-
-        c = self.config
-
-        def value(key, default):
-            return override_value(point, key, default)
-
-        task = value("task", None)
-        replacement = task == "update" if task else c.task.replacement
-        replacement = str(value("task.replacement", replacement)).lower() == "true"
-        return pack.most_runs(value("trainer.pack", c.trainer.pack),
-                              value("trainer.device", c.trainer.device),
-                              int(value("trainer.batch_size", c.trainer.batch_size)),
-                              int(value("d_key", c.d_key)), replacement)
+    def checked(self, points: list[list[str]]) -> list[Point]:
+        """``points`` as the launcher's records, each from its check (``self.plans``)."""
+        return [Point.of(p, self.plans[tuple(sorted(p))]) for p in points]
 
     def _record(self, record: dict, start, wall) -> None:
         """Append this invocation to sweep.json (``_write_record``); one line and exit code 1

@@ -1,10 +1,10 @@
 """Every point of a sweep composed and checked before the first one trains, and the launcher.
 
 ``check_points`` composes each point's config as its job will see it and plans it as a single
-run is planned (``kernelzoo.train.plan``: the schema, the device, the feature map, the memory
+run is planned (``kernelzoo.training.plan``: the schema, the device, the feature map, the memory
 estimate). A bad value anywhere fails the whole sweep with one line naming the point, before a
-directory is made; a point that is merely infeasible (a d_dot its map cannot reach) passes, and
-its job records it with the reason.
+directory is made; a point that is merely infeasible (a d_dot its map cannot reach) passes, as
+its ``Infeasible`` record, and its job records it with the reason.
 
 Hydra composes a config from scratch for every point (~50 ms). A grid varies mostly plain
 values, so ``Composer`` composes once per choice of config groups and applies a point's plain
@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import shutil
 import sys
+from typing import TYPE_CHECKING
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -27,6 +28,9 @@ from omegaconf.errors import OmegaConfBaseException
 from kernelzoo import config
 from kernelzoo.config import UsageError
 from kernelzoo.hydra_adapter import apply_overrides
+
+if TYPE_CHECKING:  # imported where used: torch loads only once a sweep checks its points
+    from kernelzoo.training.plan import Infeasible, Plan
 
 
 def override_key(override: str) -> str:
@@ -99,13 +103,12 @@ def check_launcher(cfg: DictConfig) -> None:
              "launcher=basic, local or submitit_local")
 
 
-def check_points(sweeper, points: list[list[str]]) -> dict[tuple, dict | Exception]:
-    """{sorted point: its plan, or the InfeasibleError its job will record}; ends the sweep
+def check_points(sweeper, points: list[list[str]]) -> dict[tuple, Plan | Infeasible]:
+    """{sorted point: its Plan, or the Infeasible record its job will store}; ends the sweep
     with one line at the first point that has a bad value, named by what sets it apart."""
     import torch
 
-    from kernelzoo.maps.base import InfeasibleError
-    from kernelzoo.train import plan
+    from kernelzoo.training.plan import resolve
 
     compose, plans, threads = Composer(sweeper), {}, torch.get_num_threads()
     common = set.intersection(*map(set, points)) if len(points) > 1 else set()
@@ -114,9 +117,7 @@ def check_points(sweeper, points: list[list[str]]) -> dict[tuple, dict | Excepti
         for point in points:
             name = " ".join(o for o in point if o not in common)
             try:
-                plans[tuple(sorted(point))] = plan(compose(point))
-            except InfeasibleError as err:
-                plans[tuple(sorted(point))] = err
+                plans[tuple(sorted(point))] = resolve(compose(point))
             except (HydraException, OmegaConfBaseException) as err:
                 fail(f"point {name}: {config.describe(err, point)}")
             except UsageError as err:

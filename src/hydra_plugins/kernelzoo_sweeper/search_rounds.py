@@ -39,6 +39,7 @@ from kernelzoo.config import SearchConf
 from kernelzoo.search import VIEWS, Observation, Probe, make_spec, search_views
 from kernelzoo.words import plural
 
+from .packs import Point
 from .points import fail, override_key, override_value
 
 
@@ -51,6 +52,7 @@ class Series:
         self.key = " ".join(sorted(o for o in overrides if not o.startswith("search")))
         self.spec = None
         self.d_dot = None
+        self.plan = None  # the check of its first point: its Plan or Infeasible record
         self.identity = self.task = None  # the run identity of its first point, and its task
         self.observed: dict[int, Observation] = {}
         self.probes: list[dict] = []
@@ -63,7 +65,7 @@ class Series:
         return [*self.overrides, f"n_keys={n_keys}"]
 
     def identity_at(self, n_keys: int) -> dict:
-        """The run identity of the series' point at ``n_keys`` (``kernelzoo.train.plan``'s)."""
+        """The run identity of the series' point at ``n_keys`` (``kernelzoo.training.plan``'s)."""
         task = self.task
         seq_len, eval_seq_len = config.sequence_lengths(n_keys, task.replacement, task.seq_len,
                                                         task.eval_seq_len)
@@ -109,25 +111,27 @@ class SearchRounds:
 
     def _plan(self, series: Series) -> None:
         """The series' d_dot and spec, from the check of its first grid point."""
+        from kernelzoo.training.plan import Infeasible
+
         if not series.grid_keys and None in (self.conf.min_keys, self.conf.max_keys):
             fail(f"search=bisect needs a range of n_keys for {series.key or 'the sweep'}: give "
                  "n_keys values in the grid (e.g. n_keys=20,600) or search.min_keys/max_keys")
         first = series.point(series.grid_keys[0]) if series.grid_keys else list(series.overrides)
-        p = self.sweeper.plans[tuple(sorted(first))]
-        if isinstance(p, Exception):  # infeasible: no spec, one probe records it with why
-            print(f"infeasible: {series.key}: {p}")
+        p = series.plan = self.sweeper.plans[tuple(sorted(first))]
+        if isinstance(p, Infeasible):  # no spec, one probe records it with why
+            print(f"infeasible: {series.key}: {p.reason}")
             return
-        identity = {k: v for k, v in p["identity"].items() if k != "n_keys"}
+        identity = {k: v for k, v in p.identity.items() if k != "n_keys"}
         identity["task"] = {k: v for k, v in identity["task"].items()
                             if k not in ("seq_len", "eval_seq_len")}  # these follow n_keys
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode())
         series.key = f"{identity['feature_map']}-seed{identity['seed']}-{digest.hexdigest()[:8]}"
         d_dot = identity["d_dot"]
         series.d_dot = d_dot
-        series.identity, series.task = p["identity"], p["task"]
-        if series.grid_keys and series.identity_at(series.grid_keys[0]) != p["identity"]:
+        series.identity, series.task = p.identity, p.task
+        if series.grid_keys and series.identity_at(series.grid_keys[0]) != p.identity:
             series.identity = None  # not derivable here: read its probes through the index
-        series.spec = make_spec(self.conf, d_dot, p["phi"].d_key, series.grid_keys
+        series.spec = make_spec(self.conf, d_dot, p.phi.d_key, series.grid_keys
                                 or [self.conf.min_keys, self.conf.max_keys])
 
     def record(self) -> dict:
@@ -158,8 +162,8 @@ class SearchRounds:
             print(f"round {round_no}: {'planning' if self.config.dry_run else 'launching'} "
                   f"{plural(len(todo), 'probe')} ({len(wanted) - len(todo)} read from the store)")
             todo.sort(key=lambda sp: -sp[1].n_keys)  # largest first: the slowest start first
-            returns += self.sweeper.launch([s.point(p.n_keys) for s, p in todo],
-                                           label=f"round {round_no}")
+            returns += self.sweeper.launch([Point.of(s.point(p.n_keys), s.plan, p.n_keys)
+                                            for s, p in todo], label=f"round {round_no}")
             for s, p in todo:
                 if self.config.dry_run:  # the probes are planned, nothing is trained
                     self.planned.setdefault(s.key, []).append(p.n_keys)
@@ -237,7 +241,7 @@ class SearchRounds:
         """The summary of the series' finished run at ``n_keys``, or None: by the run id its
         point resolves to, else through the store's index."""
         if series.identity is not None:
-            from kernelzoo.train import locate
+            from kernelzoo.training.plan import locate
 
             _, path = locate(self.config, series.identity_at(n_keys))
             if store.is_done(path):

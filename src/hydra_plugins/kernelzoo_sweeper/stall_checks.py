@@ -86,7 +86,7 @@ def _setting(run_dir: Path, key: str) -> int | None:
 def plan(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Plan:
     """The checks of the stalled runs of ``points`` ({run_id: the sweep point that made it}),
     by the stall rule at ``threshold`` over the store's runs but its checks."""
-    from kernelzoo.analyze import load_runs
+    from kernelzoo.analysis.runs import load_runs
     from kernelzoo.analysis.stalls import stalled
 
     found = Plan()
@@ -154,4 +154,4 @@ def run(sweeper, points: list[list[str]]) -> list:
         return []
     todo = [check.point for check in found.checks]
     sweeper.plans.update(check_points(sweeper, todo))  # a bad value: one line, exit 2
-    return sweeper.launch(todo, label="stall checks")
+    return sweeper.launch(sweeper.checked(todo), label="stall checks")

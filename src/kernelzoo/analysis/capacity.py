@@ -1,5 +1,5 @@
 """Failure points in three views: each (configuration, seed) series' failure point per view and
-their aggregate over seeds, on the runs table that ``analyze.load_runs`` reads. Pure: it reads no
+their aggregate over seeds, on the runs table that ``runs.load_runs`` reads. Pure: it reads no
 file.
 
 Failure-point rule (stated again in report.md)

@@ -2,7 +2,7 @@
 capacity (``capacity.py``), and how tightly?
 
 A family is a configuration without what d_dot decides: the same feature_map, update_rule and
-parameters but the one the map resolves from d_dot (``style.D_DOT_PARAMS``: DPFP's nu, FAVOR+'s
+parameters but the one the map resolves from d_dot (``style.sizing_param``: DPFP's nu, FAVOR+'s
 m, ...), and the same d_key where the map keeps it. A map without such a parameter sets d_key
 from d_dot (ELU+1: d_key = d_dot), so its d_key is left out too.
 
@@ -44,9 +44,9 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, interval_words
 from kernelzoo.analysis.intervals import MIN_LEVELS, LevelLaw, describe, level_law, median_interval
-from kernelzoo.analysis.style import (BASE_LABELS, D_DOT_PARAMS, OUTCOME_MARKERS, OUTCOME_WORDS,
-                             bar_handles, canonical_params, config_colors, error_bar,
-                             format_value, legend, natural, natural_key, save)
+from kernelzoo.analysis.style import (OUTCOME_MARKERS, OUTCOME_WORDS, bar_handles, canonical_params,
+                                      config_colors, error_bar, format_value, legend, map_label,
+                                      natural, natural_key, save, sizing_param)
 
 MIN_D_DOTS = MIN_LEVELS
 COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n_points",
@@ -104,8 +104,8 @@ def _keys(runs: pd.DataFrame) -> tuple[dict, dict]:
     d_dot; a key is (feature_map, canonical params, d_key or None, update_rule)."""
     keys, params = {}, {}
     for r in runs.drop_duplicates("label").dropna(subset=["d_dot"]).itertuples():
-        sized = D_DOT_PARAMS.get(r.feature_map, ())
-        rest = {k: v for k, v in json.loads(r.feature_map_params).items() if k not in sized}
+        sized = sizing_param(r.feature_map)
+        rest = {k: v for k, v in json.loads(r.feature_map_params).items() if k != sized}
         key = (r.feature_map, canonical_params(rest), int(r.d_key) if sized else None,
                r.update_rule)
         keys[r.label], params[key] = key, rest
@@ -117,8 +117,10 @@ def _name(key: tuple, params: dict, rules: bool) -> str:
     configuration labels), d_key where the map keeps it, the update rule where several ran."""
     fmap, _, d_key, rule = key
     dicts = [p for k, p in params.items() if k[0] == fmap]
-    shown = [k for k in sorted(params[key]) if len({json.dumps(d.get(k)) for d in dicts}) > 1]
-    parts = [BASE_LABELS.get(fmap, fmap)]
+    head, named = map_label(fmap, params[key])  # without the sizing parameter: "DPFP"
+    shown = [k for k in sorted(params[key]) if k not in named
+             and len({json.dumps(d.get(k)) for d in dicts}) > 1]
+    parts = [head]
     parts += [v if isinstance(v, str) else f"{k}={format_value(v)}"
               for k, v in ((k, params[key][k]) for k in shown)]
     return " ".join(parts + ([f"d_key={d_key}"] if d_key is not None else [])
@@ -126,7 +128,7 @@ def _name(key: tuple, params: dict, rules: bool) -> str:
 
 
 def families(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[Family]:
-    """Every family with a failure point (fails_at) in some view (``runs``: ``analyze.load_runs``;
+    """Every family with a failure point (fails_at) in some view (``runs``: ``runs.load_runs``;
     ``seeds``: ``capacity.seed_table``), in natural order of name, its laws where they qualify."""
     keys, params = _keys(runs)
     d_dots = runs.drop_duplicates("label").set_index("label")["d_dot"]

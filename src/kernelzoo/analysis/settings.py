@@ -23,8 +23,8 @@ from kernelzoo.records.store import config_value
 from kernelzoo.analysis.style import format_value
 
 SETTING_SECTIONS = ("trainer", "task", "memory")
-# how a run was trained, not what: never a reason to split (train.NOT_IN_IDENTITY), and lr,
-# which every label already shows where it varies
+# how a run was trained, not what: never a reason to split (NOT_IN_IDENTITY of
+# training/plan.py), and lr, which every label already shows where it varies
 NOT_SETTINGS = {"trainer.device", "trainer.threads", "trainer.progress", "trainer.pack",
                 "trainer.compile", "trainer.checkpoint_minutes", "trainer.flush_denormal",
                 "trainer.lr", "task.seq_len", "task.eval_seq_len"}

@@ -4,8 +4,9 @@ axes, saving.
 One colour per configuration label throughout (``config_colors``: a fixed mapping in natural
 label order, so "m=64" comes before "m=128"). Figures use matplotlib's object API with the Agg
 canvas: no pyplot state, no display needed. ``save`` writes each figure as PNG and SVG. A map's
-name in labels is ``BASE_LABELS`` (else its feature_map), its parameters as ``canonical_params``
-writes them.
+name in labels is what its class declares (``map_label``: ``FeatureMap.label_of``; its
+feature_map where no installed map has that name), its parameters as ``canonical_params`` writes
+them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
+from kernelzoo.maps.catalog import map_class
 from kernelzoo.records.files import atomic_write
 
 DISPLAY_FLOOR = 1e-8  # losses are clipped here so that a loss of 0 still shows on a log axis
@@ -29,15 +31,22 @@ OUTCOME_WORDS = {"fails_at": "fails at n*",
                  "fails_everywhere": "fails everywhere: upper bound"}
 PUBLISHED_LABEL = "published (Schlag et al. 2021)"
 SVG_SETTINGS = {"svg.fonttype": "none", "svg.hashsalt": "kernelzoo"}  # text as text, stable ids
-BASE_LABELS = {"elu": "ELU+1", "dpfp": "DPFP", "favor": "FAVOR+", "softmax": "softmax",
-               "relu": "ReLU", "taylor": "Taylor", "squared_relu": "ReLU²", "hedgehog": "Hedgehog",
-               "t2r": "T2R", "rebased": "ReBased", "polysketch": "PolySketch",
-               "cosformer": "cosFormer"}
-# the parameter each map resolves from d_dot (``params_for_d_dot`` in dpfp.py, random_features.py
-# and zoo.py; the maps without one set d_key from d_dot): shown in every label, left out of a
-# scaling family
-D_DOT_PARAMS = {"dpfp": ("nu",), "favor": ("m",), "trig": ("m",), "t2r": ("m",),
-                "polysketch": ("r",)}
+
+
+def map_label(feature_map: str, params: dict) -> tuple[str, tuple[str, ...]]:
+    """(The head of the label of a configuration of ``feature_map`` with ``params``, the
+    parameters it shows): ``FeatureMap.label_of`` of the map's class, ``(feature_map, ())`` for
+    a map no installed package defines."""
+    cls = map_class(feature_map)
+    return cls.label_of(params) if cls is not None else (feature_map, ())
+
+
+def sizing_param(feature_map: str) -> str | None:
+    """The parameter the map resolves from d_dot (``FeatureMap.sizing_param``: DPFP's nu,
+    FAVOR+'s m), shown in every label and left out of a scaling family; None where d_dot sets
+    d_key (the elementwise maps) or no installed map has that name."""
+    cls = map_class(feature_map)
+    return cls.sizing_param if cls is not None else None
 
 
 def format_value(value) -> str:

@@ -40,8 +40,6 @@ from kernelzoo.core.memory import divides_by_feature_sum
 RANK_RTOL = 1e-5  # a singular value below this times the largest counts as zero
 VANISH_RATIO = 0.1  # a written key's ||phi(k)|| below this times its sequence's median: vanished
 SPREAD_MIN = 3  # a dead key's right value outranked by this many values or more: spread
-FIELDS = ("phi_rank", "phi_effective_rank", "phi_rank_initial", "phi_effective_rank_initial",
-          "margin", "negative_margin_fraction", "dead_keys")
 
 
 def feature_ranks(features: torch.Tensor) -> tuple[float, float]:
@@ -173,9 +171,9 @@ def divergence(model, batch, step: int) -> str:
 
 @torch.no_grad()
 def measure(model, batch, initial=(None, None)) -> tuple[dict, dict]:
-    """(summary fields FIELDS, per-key details) of a trained RetrievalModel on one evaluation
-    batch, with ``initial`` = feature_ranks_of(the model at initialisation, the same batch);
-    the details go to the run's ``diagnostics.json``."""
+    """(its summary fields: the diagnostics ``records/summary.py`` declares, per-key details)
+    of a trained RetrievalModel on one evaluation batch, with ``initial`` = feature_ranks_of(the
+    model at initialisation, the same batch); the details go to the run's ``diagnostics.json``."""
     was_training = model.training
     model.eval()
     y = model(batch.keys, batch.values, batch.query)

@@ -58,9 +58,17 @@ def as_count(value):
 
 
 class FeatureMap(nn.Module):
-    """phi: (..., d_key) -> (..., d_dot). Subclasses set `name`, `positive` and implement forward."""
+    """phi: (..., d_key) -> (..., d_dot). Subclasses set `name`, `positive` and implement forward.
+
+    How a map is named is declared here too: ``label`` (its name in figures and reports; the
+    analysis builds a configuration's label from ``label_of``), ``sizing_param`` (the parameter
+    ``params_for_d_dot`` resolves from d_dot) and ``run_id_params`` (the parameters a run id
+    shows, ``run_id_shows``)."""
 
     name = ""
+    label = ""  # the map's name in figures and reports, e.g. "ELU+1"; ``name`` when empty
+    sizing_param = None  # the parameter that sets d_dot, e.g. "nu"; None: d_dot sets d_key
+    run_id_params = ()  # the parameters a run id shows, in this order
     positive = False  # all outputs >= 0 by construction
     is_softmax = False  # True only for the exact-softmax baseline
 
@@ -74,6 +82,18 @@ class FeatureMap(nn.Module):
     def params(self):
         """Constructor parameters except d_key, as plain Python values (for logging)."""
         return dict(self._params)
+
+    @classmethod
+    def label_of(cls, params):
+        """(The head of the label of a configuration of this map with ``params``, the
+        parameters that head shows). The analysis adds the sizing parameter and the parameters
+        that tell the map's configurations apart as ``k=v``, those shown here aside."""
+        return cls.label or cls.name, ()
+
+    @classmethod
+    def run_id_shows(cls, params):
+        """The parameters of ``params`` that a run id shows: ``run_id_params`` that are set."""
+        return {k: params[k] for k in cls.run_id_params if params.get(k) is not None}
 
     def extra_repr(self):
         shown = {k: ("[...]" if isinstance(v, list) else v) for k, v in self._params.items()}
@@ -126,6 +146,7 @@ class Softmax(FeatureMap):
     computes softmax(k^T q / sqrt(d_key)) itself (§3.1: its feature space is infinite)."""
 
     name = "softmax"
+    label = "softmax"
     is_softmax = True
 
     def __init__(self, d_key):
@@ -163,6 +184,7 @@ class Identity(_Elementwise):
     """phi(x) = x: the plain fast weight programmer of §1.3."""
 
     name = "identity"
+    label = "identity"
     fn = staticmethod(lambda x: x)
 
 
@@ -170,6 +192,7 @@ class Relu(_Elementwise):
     """phi(x) = max(0, x)."""
 
     name, positive = "relu", True
+    label = "ReLU"
     fn = staticmethod(torch.relu)
 
 
@@ -177,6 +200,7 @@ class Elu(_Elementwise):
     """phi(x) = elu(x) + 1 ("Linear" in Figure 2; the running example of the introduction)."""
 
     name, positive = "elu", True
+    label = "ELU+1"
     fn = staticmethod(lambda x: _EluPlusOne.apply(x))
 
 
@@ -200,6 +224,7 @@ class Tanh(_Elementwise):
     """phi(x) = tanh(x) (paired with the fwm update rule in Figure 3)."""
 
     name = "tanh"
+    label = "tanh"
     fn = staticmethod(torch.tanh)
 
 
@@ -216,6 +241,7 @@ class Taylor(FeatureMap):
     the dimension that bounds the capacity)."""
 
     name = "taylor"
+    label = "Taylor"
 
     def __init__(self, d_key):
         super().__init__(d_key, _taylor_d_dot(d_key), {})

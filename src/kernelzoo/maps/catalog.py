@@ -22,7 +22,8 @@ BUILT_IN = (Softmax, Identity, Relu, Elu, Tanh, DPFP, Favor, Trig, Taylor, zoo.S
 for _cls in BUILT_IN:
     register(_cls)
 
-__all__ = ["FEATURE_MAPS", "ConfigError", "InfeasibleError", "build_feature_map", "resolve_params"]
+__all__ = ["FEATURE_MAPS", "ConfigError", "InfeasibleError", "build_feature_map", "map_class",
+           "resolve_params"]
 
 
 PLUGIN_FAILURES: dict[str, str] = {}  # entry point -> why it failed to import
@@ -63,6 +64,15 @@ def _lookup(name, params):
     for p in params:
         require(p in valid, f"{name}: unknown parameter {p!r}; valid: {', '.join(valid) or '(none)'}")
     return cls
+
+
+def map_class(name):
+    """The class registered as ``name`` (an installed package's map included), or None where
+    no map has that name: what a stored run's map declares about itself (``label_of``,
+    ``sizing_param``, ``run_id_shows``) is read from its class."""
+    if name not in FEATURE_MAPS:
+        _load_entry_points()
+    return FEATURE_MAPS.get(name)
 
 
 def resolve_params(name, d_key, d_dot, **params):

@@ -20,6 +20,13 @@ class DPFP(FeatureMap):
     (for nu < d_key the 2 d_key nu products are distinct and linearly independent)."""
 
     name, positive = "dpfp", True
+    label, sizing_param, run_id_params = "DPFP", "nu", ("nu",)
+
+    @classmethod
+    def label_of(cls, params):
+        """"DPFP-2": nu joins the name, as the authors write it (nu is never shown as nu=)."""
+        nu = params.get("nu")
+        return (cls.label if nu is None else f"{cls.label}-{nu}"), ("nu",)
 
     def __init__(self, d_key, nu=1):
         super().__init__(d_key, 2 * d_key * nu, {"nu": nu})

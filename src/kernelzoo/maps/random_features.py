@@ -55,7 +55,8 @@ _EVAL_REDRAWS = ("per_chunk", "once")
 
 
 class _RandomFeatures(FeatureMap):
-    """Shared by favor and trig: the projection Omega (m, d_key) and its redraw policy.
+    """Shared by favor and trig: the projection Omega (m, d_key) and its redraw policy; m sets
+    d_dot (``params_for_d_dot``) and is shown in run ids.
 
     redraw: "every_call" (the authors: a new Omega at every maybe_redraw(), training and eval),
     "every_n_steps" (on the first maybe_redraw() made in training mode and then on every
@@ -73,6 +74,7 @@ class _RandomFeatures(FeatureMap):
     """
 
     copies = 1  # d_dot = copies * m
+    sizing_param, run_id_params = "m", ("m",)
 
     def __init__(self, d_key, m, orthogonal, redraw, redraw_every, eval_redraw, projection, seed, **params):
         require(is_count(m), f"{self.name}: m must be an integer >= 1, got {m!r}")
@@ -215,6 +217,7 @@ class Favor(_RandomFeatures):
     """
 
     name, positive = "favor", True
+    label, run_id_params = "FAVOR+", ("m", "variant")
 
     def __init__(self, d_key, m=64, variant="positive", orthogonal=True, redraw=None, redraw_every=1000,
                  eval_redraw="per_chunk", input_scale=1.0, stabilize=False, projection=None, seed=None):
@@ -345,6 +348,7 @@ class Trig(_RandomFeatures):
     cos(Omega x)], d_dot = 2m. Unbiased for exp(x^T y), but not positive and high-variance (§3.5)."""
 
     name, copies = "trig", 2
+    label = "trig"
 
     def __init__(self, d_key, m=64, orthogonal=True, redraw=None, redraw_every=1000, eval_redraw="per_chunk",
                  projection=None, seed=None):

@@ -59,6 +59,7 @@ class SquaredRelu(_Elementwise):
     linear-attention map in recall benchmarks): d_dot = d_key."""
 
     name, positive = "squared_relu", True
+    label = "ReLU²"
     fn = staticmethod(lambda x: torch.relu(x).square())
 
 
@@ -66,6 +67,7 @@ class Sigmoid(_Elementwise):
     """phi(x) = sigmoid(x) elementwise: d_dot = d_key."""
 
     name, positive = "sigmoid", True
+    label = "sigmoid"
     fn = staticmethod(torch.sigmoid)
 
 
@@ -80,6 +82,7 @@ class Hedgehog(FeatureMap):
     d_dot = 2 d_key; reaching a d_dot sets d_key = d_dot / 2."""
 
     name, positive = "hedgehog", True
+    label = "Hedgehog"
 
     def __init__(self, d_key):
         super().__init__(d_key, 2 * d_key, {})
@@ -100,6 +103,7 @@ class T2R(FeatureMap):
     sets m."""
 
     name, positive = "t2r", True
+    label, sizing_param, run_id_params = "T2R", "m", ("m",)
 
     def __init__(self, d_key, m=None):
         m = d_key if m is None else m
@@ -131,6 +135,7 @@ class ReBased(FeatureMap):
     training must move gamma and beta to use the whole state."""
 
     name = "rebased"
+    label = "ReBased"
 
     def __init__(self, d_key):
         require(as_count(d_key) == d_key and d_key >= 3, f"rebased: d_key must be an integer >= 3 "
@@ -167,6 +172,7 @@ class PolySketch(FeatureMap):
     p = 2. Reaching a d_dot sets r."""
 
     name = "polysketch"
+    label, sizing_param, run_id_params = "PolySketch", "r", ("r", "degree")
 
     def __init__(self, d_key, r=None, degree=4):
         r = d_key if r is None else r
@@ -220,6 +226,7 @@ class CosFormer(FeatureMap):
     however wide the state (2 d_key) is."""
 
     name, positive = "cosformer", True
+    label = "cosFormer"
 
     def __init__(self, d_key):
         super().__init__(d_key, 2 * d_key, {})

@@ -1,7 +1,8 @@
 """The local results store: one directory per run, independent of wandb.
 
 Layout: ``<results_dir>/<experiment>/runs/<run_id>/`` holding ``config.yaml`` (the resolved
-config), ``curve.csv`` (step, train_loss, eval_loss, eval_accuracy) and ``summary.json``.
+config), ``curve.csv`` (step, train_loss, eval_loss, eval_accuracy) and ``summary.json`` (its
+fields: ``summary.py``).
 ``summary.json`` is written last, by atomic rename, so its presence means "this run is done";
 a directory without it is an interrupted run: a rerun continues it from its ``checkpoint.pt``
 (``checkpoint.py``; the one binary file, read by torch with ``weights_only``) or starts it
@@ -35,36 +36,10 @@ import yaml
 from filelock import FileLock, Timeout
 
 from kernelzoo.config import CONF, EXPERIMENTS, is_name
+from kernelzoo.records import summary as summary_schema
 from kernelzoo.records.files import StoreError, atomic_write_text, one_line, read_json, read_text
 
-STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
 CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
-SUMMARY_KEYS = (
-    "run_id", "experiment", "task", "feature_map", "feature_map_params", "d_key", "d_dot",
-    "predicted_capacity", "n_keys", "seq_len", "update_rule", "normalisation", "seed",
-    "status", "reason", "steps", "final_eval_loss", "best_eval_loss", "final_eval_accuracy",
-    "wall_seconds", "device", "kernelzoo_version",
-)
-
-
-NUMBER = "a number, null or \"inf\""
-SUMMARY_TYPES = {  # key: (test, what it must be)
-    **{k: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
-       for k in ("d_key", "n_keys", "seed", "steps")},
-    **{k: (lambda v: v is None or isinstance(v, int) and not isinstance(v, bool),
-           "an integer or null") for k in ("d_dot", "predicted_capacity", "seq_len")},
-    **{k: (lambda v: v is None or v in ("inf", "-inf") or isinstance(v, (int, float))
-           and not isinstance(v, bool), NUMBER)
-       for k in ("final_eval_loss", "best_eval_loss", "final_eval_accuracy", "wall_seconds")},
-    **{k: (lambda v: isinstance(v, str), "a string")
-       for k in ("run_id", "feature_map", "update_rule", "status")},
-    "feature_map_params": (lambda v: isinstance(v, dict), "an object"),
-}
-# written by this version, absent from older summaries (read as null): key: (test, what)
-OPTIONAL_SUMMARY_TYPES = {
-    "stall_check_of": (lambda v: v is None or isinstance(v, str) and is_name(v),
-                       "a run id or null"),
-}
 
 
 def _short(value) -> str:
@@ -296,15 +271,18 @@ def _json_safe(value):
 
 
 def write_summary(path: Path, summary: dict) -> None:
-    missing = [k for k in SUMMARY_KEYS if k not in summary]
-    if missing:
-        raise ValueError(f"summary lacks {missing}")
-    atomic_write_text(path / "summary.json", json.dumps(_json_safe(summary), indent=2) + "\n")
+    """Write the run's ``summary.json`` (built by ``summary.new``): ValueError, before anything
+    is written, when it is not one (``summary.problem``)."""
+    data = _json_safe(summary)
+    problem = summary_schema.problem(data)
+    if problem:
+        raise ValueError(problem)
+    atomic_write_text(path / "summary.json", json.dumps(data, indent=2) + "\n")
 
 
 def read_summary(path: Path) -> dict:
-    """Read and check one ``summary.json`` (keys, types, status); raise StoreError naming the
-    file and what is wrong if it is bad."""
+    """Read and check one ``summary.json`` (``summary.problem``: its fields and their types);
+    raise StoreError naming the file and what is wrong if it is bad."""
     file = path / "summary.json" if path.is_dir() else path
     try:
         summary = json.loads(read_text(file))
@@ -312,18 +290,9 @@ def read_summary(path: Path) -> dict:
         raise StoreError(f"{file}: not a readable summary ({err})") from None
     if not isinstance(summary, dict):
         raise StoreError(f"{file}: not a readable summary (expected a JSON object)")
-    missing = [k for k in SUMMARY_KEYS if k not in summary]
-    if missing:
-        raise StoreError(f"{file}: summary lacks {', '.join(missing)}")
-    for key, (ok, what) in SUMMARY_TYPES.items():
-        if not ok(summary[key]):
-            raise StoreError(f"{file}: {key} is {json.dumps(summary[key])[:40]}, not {what}")
-    for key, (ok, what) in OPTIONAL_SUMMARY_TYPES.items():
-        summary.setdefault(key, None)
-        if not ok(summary[key]):
-            raise StoreError(f"{file}: {key} is {json.dumps(summary[key])[:40]}, not {what}")
-    if summary["status"] not in STATUSES:
-        raise StoreError(f"{file}: status {summary['status']!r} is not one of {', '.join(STATUSES)}")
+    problem = summary_schema.problem(summary)
+    if problem:
+        raise StoreError(f"{file}: {problem}")
     return summary
 
 

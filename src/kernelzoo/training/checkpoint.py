@@ -24,7 +24,9 @@ from typing import Callable
 
 import torch
 
+from kernelzoo.config import TrainerConf
 from kernelzoo.records import files
+from kernelzoo.training.plan import Plan
 
 NAME = "checkpoint.pt"
 FORMAT = 1
@@ -42,13 +44,15 @@ def write(path: Path, state: dict) -> None:
     files.atomic_write(path / NAME, lambda f: torch.save({"format": FORMAT, **state}, f))
 
 
-def read(path: Path, identity: dict, device: torch.device,
+def read(path: Path, plan: Plan,
          model: Callable[[], torch.nn.Module]) -> tuple[dict | None, str | None]:
-    """The run's checkpoint and None, or None and why it cannot be used (None and None when
-    the run has none). It is read only when it is a regular file of at most ``LIMIT`` bytes
-    (``files.open_regular``: a FIFO is never waited on) and used only when its contents fit
-    the run: its fields, the shapes of ``model()``'s state (a fresh model of the run) and of its
-    parameters' Adam moments, and a step at an evaluation before ``max_steps``."""
+    """The checkpoint of the planned run ``plan`` and None, or None and why it cannot be used
+    (None and None when the run has none). It is read only when it is a regular file of at
+    most ``LIMIT`` bytes (``files.open_regular``: a FIFO is never waited on) and used only when
+    its contents fit the run: its identity and device, its fields, the shapes of ``model()``'s
+    state (a fresh model of the run) and of its parameters' Adam moments, and a step at an
+    evaluation before the plan's ``max_steps``."""
+    identity, device = plan.identity, plan.device
     file = path / NAME
     if not os.path.lexists(file):
         return None, None
@@ -66,7 +70,7 @@ def read(path: Path, identity: dict, device: torch.device,
     if state.get("device") != str(device):
         return None, f"its {NAME} was written on {state.get('device')}, this run trains on {device}"
     with torch.random.fork_rng(devices=[]):  # the fresh model draws nothing from the run's
-        problem = _contents_problem(state, identity["trainer"], model())
+        problem = _contents_problem(state, plan.trainer, model())
     if problem:
         return None, f"its {NAME} does not fit the run ({problem})"
     if not (path / "curve.csv").is_file():
@@ -74,13 +78,13 @@ def read(path: Path, identity: dict, device: torch.device,
     return state, None
 
 
-def _contents_problem(state: dict, trainer: dict, model: torch.nn.Module) -> str | None:
+def _contents_problem(state: dict, trainer: TrainerConf, model: torch.nn.Module) -> str | None:
     """What in ``state`` (a checkpoint of the right format and configuration) the run could not
     continue from, or None."""
     missing = [k for k in FIELDS if k not in state]
     if missing:
         return f"no {', '.join(missing)}"
-    step, max_steps, every = state["step"], trainer["max_steps"], trainer["eval_every"]
+    step, max_steps, every = state["step"], trainer.max_steps, trainer.eval_every
     if not (_integer(step) and 0 < step < max_steps and step % every == 0):
         return (f"step {step!r}, not an evaluation (a multiple of {every}) before "
                 f"max_steps {max_steps}")

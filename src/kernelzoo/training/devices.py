@@ -58,8 +58,9 @@ def device_memory(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_memory(c: config.Config, phi, device, seq_len: int, eval_seq_len: int) -> None:
-    """Refuse a run whose estimated peak memory (``model.footprint``) exceeds the device's."""
+def check_memory(c: config.Config, phi, device, seq_len: int, eval_seq_len: int) -> dict[str, int]:
+    """Refuse a run whose estimated peak memory (``model.footprint``) exceeds the device's;
+    the estimate (bytes by part) of a run that fits."""
     tr = c.trainer
 
     def need(n_keys: int) -> int:
@@ -75,7 +76,7 @@ def check_memory(c: config.Config, phi, device, seq_len: int, eval_seq_len: int)
 
     have, parts = device_memory(device), need(c.n_keys)
     if sum(parts.values()) <= have:
-        return
+        return parts
     estimate = (f"needs about {sum(parts.values()) / GIB:,.1f} GiB (estimate: parameters, "
                 f"gradients and Adam state {parts['parameters'] / GIB:,.1f} GiB, activations "
                 f"{parts['activations'] / GIB:,.1f} GiB), more than the {have / GIB:,.1f} GiB "

@@ -1,6 +1,6 @@
 """The published training protocol (task-spec "Training") for one planned run.
 
-``fit`` trains the model of a plan (``train.plan``) with Adam on fresh batches, evaluates every
+``fit`` trains the model of a plan (``plan.Plan``) with Adam on fresh batches, evaluates every
 ``eval_every`` steps (``evaluate``), appends each evaluation to ``curve.csv``, and stops at the
 first of: eval loss <= ``stop_loss`` (converged), more than ``patience`` evaluations without
 improvement (plateau), ``max_steps`` (max_steps), a non-finite loss (diverged). Every
@@ -24,12 +24,13 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from kernelzoo.core import diagnostics
-from kernelzoo.records import files, store, tracking
+from kernelzoo.records import files, store, summary, tracking
 from kernelzoo.training import checkpoint
 from kernelzoo.config import TrainerConf
 from kernelzoo.training.devices import flushes_denormals
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
 from kernelzoo.training.pack import Pack, compiles
+from kernelzoo.training.plan import Plan
 from kernelzoo.core.task import RetrievalTask
 
 
@@ -91,12 +92,12 @@ def _per_chunk(model: RetrievalModel, batch, rank: torch.Tensor, size: int) -> t
 
 @dataclass
 class Member:
-    """A claimed run as the loop needs it: its config, plan (``train.plan``), id, the
+    """A claimed run as the loop needs it: its config, plan (``plan.Plan``), id, the
     directory it is trained in (``path``: its place in the store, ``home``, or a forced rerun's
     staging directory), tracker, and the checkpoint it continues from (read by ``fit``)."""
 
     cfg: DictConfig
-    plan: dict
+    plan: Plan
     rid: str
     path: Path
     home: Path
@@ -116,11 +117,11 @@ class Member:
         return self.wall_before + time.perf_counter() - self.started
 
 
-def build_model(plan: dict, n_keys: int) -> RetrievalModel:
+def build_model(plan: Plan, n_keys: int) -> RetrievalModel:
     """A fresh model of the planned run (its map, memory and n_keys), initialised from torch's
     global generator."""
-    mem = plan["memory"]
-    return RetrievalModel(n_keys, plan["phi"], mem.update_rule, mem.normalisation, mem.eps,
+    mem = plan.memory
+    return RetrievalModel(n_keys, plan.phi, mem.update_rule, mem.normalisation, mem.eps,
                           mem.key_eps, mem.chunk_size)
 
 
@@ -128,16 +129,16 @@ class _Run:
     """One run's own state in the loop: model, data stream, curve, stopping rule."""
 
     def __init__(self, m: Member, dtype: torch.dtype):
-        self.m, tr, p, device = m, m.plan["trainer"], m.plan, m.plan["device"]
-        mem, n_keys, seed = p["memory"], m.cfg.n_keys, m.cfg.seed
+        self.m, p = m, m.plan
+        tr, device, n_keys, seed = p.trainer, p.device, m.cfg.n_keys, m.cfg.seed
         torch.manual_seed(seed)
         self.model = build_model(p, n_keys).to(device=device, dtype=dtype)
-        if hasattr(p["phi"], "use_generator"):  # its redraws: its own stream, alone or packed
-            p["phi"].use_generator(torch.Generator(device).manual_seed(seed + REDRAW_OFFSET))
-        self.task = RetrievalTask(n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,
-                                  seed, device)
+        if hasattr(p.phi, "use_generator"):  # its redraws: its own stream, alone or packed
+            p.phi.use_generator(torch.Generator(device).manual_seed(seed + REDRAW_OFFSET))
+        self.task = RetrievalTask(n_keys, p.seq_len, p.eval_seq_len, p.task.replacement, seed,
+                                  device)
         # the diagnostics' sequences come from a stream of their own: training data stays the same
-        self.probe = RetrievalTask(n_keys, p["seq_len"], p["eval_seq_len"], p["task"].replacement,
+        self.probe = RetrievalTask(n_keys, p.seq_len, p.eval_seq_len, p.task.replacement,
                                    seed + 2_000_003, device).eval_batch(tr.eval_sequences,
                                                                         tr.eval_max_queries)
         self.initial = diagnostics.feature_ranks_of(self.model, self.probe)
@@ -155,8 +156,8 @@ class _Run:
 
     def state(self) -> dict:
         """The run's checkpoint but its Adam state (``checkpoint.py``), at an evaluation."""
-        return {"identity": checkpoint.key(self.m.plan["identity"]),
-                "device": str(self.m.plan["device"]),
+        return {"identity": checkpoint.key(self.m.plan.identity),
+                "device": str(self.m.plan.device),
                 "step": self.steps, "wall_seconds": self.m.wall(), "resumes": self.m.resumes,
                 "model": self.model.state_dict(),
                 "task": [self.task.generator.get_state(), self.task.eval_generator.get_state()],
@@ -174,7 +175,7 @@ class _Run:
     def check(self, losses: list[float], step: int, seconds: float) -> bool:
         """The protocol at an evaluation after the training losses ``losses`` of the last steps
         up to ``step``: True when the run stops here (status and reason set)."""
-        tr, n = self.m.plan["trainer"], len(losses)
+        tr, n = self.m.plan.trainer, len(losses)
         self.steps = step
         bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
         if bad:
@@ -219,7 +220,7 @@ class _Run:
         """Close the run's files; the summary fields the loop determines, diagnostics included."""
         self.close()
         ok = self.status != "diverged"
-        found = dict.fromkeys(diagnostics.FIELDS)
+        found = dict.fromkeys(summary.DIAGNOSTICS)
         if not ok:
             self.reason += "; " + diagnostics.divergence(self.model, self.probe, self.evaluated)
         else:  # why it fails, measured from the trained model (diagnostics.py)
@@ -230,7 +231,7 @@ class _Run:
                 "final_eval_loss": self.eval_loss if ok else None,
                 "best_eval_loss": self.best if math.isfinite(self.best) else None,
                 "final_eval_accuracy": self.accuracy if ok else None,
-                "device": str(self.m.plan["device"]), **found}
+                "device": str(self.m.plan.device), **found}
 
 
 def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
@@ -244,7 +245,7 @@ def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
 
 
 def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
-    tr, mem = members[0].plan["trainer"], members[0].plan["memory"]
+    tr, mem = members[0].plan.trainer, members[0].plan.memory
     dtype = getattr(torch, tr.dtype)
     # denormal floats flushed in the training steps and elsewhere as trainer.flush_denormal says
     # (x86 and ARM CPUs; elsewhere a no-op); the caller restores the default
@@ -257,7 +258,7 @@ def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
     for run in runs:
         run.prefix = f"{run.m.rid}: " if len(runs) > 1 else ""
     pack = Pack([run.model for run in runs])
-    device = members[0].plan["device"]
+    device = members[0].plan.device
     if compiles(tr.compile.lower(), device):
         pack.compile()
     opt = torch.optim.Adam(pack.parameters(), lr=tr.lr,

@@ -1,0 +1,91 @@
+"""The sweeper's jobs as records: each point to launch (``Point``) and the packs they form (``Pack``).
+
+A ``Point`` holds its overrides, the strings Hydra's launcher takes, beside the typed values
+packing reads, from the checked config its check composed (``points.check_points``): n_keys,
+seed and the settings that size a pack. Points that differ only in n_keys and seed are trained
+as one job, a ``Pack`` (``kernelzoo.training.pack``): the leader's overrides plus
+``pack_members=[[n_keys, seed], ...]`` of the others (``Pack.overrides``), which the job reads
+back as Hydra's typed config (``Config.pack_members``) and trains beside the leader.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from .points import override_key
+
+if TYPE_CHECKING:  # imported where used: torch loads only once a sweep packs its points
+    from kernelzoo.config import Config
+    from kernelzoo.training.plan import Infeasible, Plan
+
+VARY = ("n_keys", "seed")  # the only values in which a pack's points differ
+
+
+@dataclass(frozen=True)
+class Point:
+    """A point to launch: its ``overrides`` and, from its checked ``config``, its n_keys and
+    seed. A failure-point probe carries the config of its series' checked point, which is the
+    probe's in everything but n_keys."""
+
+    overrides: tuple[str, ...]
+    n_keys: int
+    seed: int
+    config: Config
+
+    @classmethod
+    def of(cls, overrides: list[str], resolved: Plan | Infeasible,
+           n_keys: int | None = None) -> Point:
+        """The point ``overrides`` that ``resolved`` (its check's Plan or Infeasible record)
+        was made from; ``n_keys``: a probe's, where ``resolved`` is its series'."""
+        c = resolved.config
+        return cls(tuple(overrides), c.n_keys if n_keys is None else n_keys, c.seed, c)
+
+
+@dataclass(frozen=True)
+class Pack:
+    """Points trained as one job: the leader first, then the members trained beside it."""
+
+    points: tuple[Point, ...]
+
+    @property
+    def leader(self) -> Point:
+        return self.points[0]
+
+    @property
+    def runs(self) -> int:
+        return len(self.points)
+
+    def overrides(self) -> list[str]:
+        """The job's overrides, as Hydra's launcher takes them: the leader's, then
+        ``pack_members=[[n_keys,seed],...]`` of the members, if any."""
+        members = [[p.n_keys, p.seed] for p in self.points[1:]]
+        return [*self.leader.overrides,
+                *([f"pack_members={json.dumps(members, separators=(',', ':'))}"] if members
+                  else [])]
+
+
+def most_runs(c: Config) -> Callable[[int], int]:
+    """``kernelzoo.training.pack.most_runs`` for the points of the checked config ``c``
+    (trainer.pack, trainer.device, trainer.batch_size, the d_key given, task.replacement)."""
+    from kernelzoo.training import pack
+
+    tr = c.trainer
+    return pack.most_runs(tr.pack, tr.device, tr.batch_size, c.d_key, c.task.replacement)
+
+
+def packs(points: list[Point]) -> list[Pack]:
+    """One pack per job: points whose overrides agree but for n_keys and seed, grouped by
+    ``kernelzoo.training.pack.form`` up to ``most_runs`` of their settings; the packs with the
+    largest leader n_keys first."""
+    from kernelzoo.training import pack
+
+    groups: dict[tuple, list[Point]] = {}
+    for point in points:
+        rest = tuple(o for o in point.overrides if override_key(o) not in VARY)
+        groups.setdefault(rest, []).append(point)
+    found = [Pack(tuple(group[i] for i in members))
+             for group in groups.values()
+             for members in pack.form([p.n_keys for p in group], most_runs(group[0].config))]
+    return sorted(found, key=lambda p: -p.leader.n_keys)
