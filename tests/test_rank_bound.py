@@ -73,3 +73,20 @@ def test_no_committed_run_ends_below_its_floor_and_some_sit_on_it():
     assert (loss >= floors * (1 - 1e-4)).all(), ranked[loss < floors * (1 - 1e-4)]["run_id"]
     tight = ranked[(floors > 0) & (loss <= floors * 1.01)]
     assert len(tight) >= 10 and {18, 19, 20} <= set(tight["n_keys"])
+
+
+def test_a_cosformer_query_reads_d_key_features_and_its_bound_is_that_of_d_key():
+    """cosFormer's query (position M) reads [0, relu(q)]: its read-out has rank d_key, half its
+    d_dot, and the analysis bounds it by d_key (``FeatureMap.query_rank_of``)."""
+    import torch
+
+    from kernelzoo.analysis.style import query_rank
+    from kernelzoo.maps.catalog import build_feature_map
+
+    phi = build_feature_map("cosformer", d_key=8)
+    queries = phi(torch.randn(4, 50, 8), is_query=True).reshape(-1, 16)
+    keys = phi(torch.randn(4, 50, 8)).reshape(-1, 16)
+    assert torch.linalg.matrix_rank(queries).item() == 8 == phi.query_rank
+    assert torch.linalg.matrix_rank(keys).item() == 16 == phi.d_dot
+    assert query_rank("cosformer", 32, 64, {}) == 32 and query_rank("elu", 64, 64, {}) == 64
+    assert query_rank("no_such_map", 8, 8, {}) == 8

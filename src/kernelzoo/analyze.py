@@ -115,8 +115,8 @@ def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
 
 def rank_bounds(runs: pd.DataFrame, threshold: float) -> pd.Series:
     """Each run's loss-view rank bound (``rank_bound.bound_of``; NA where none holds)."""
-    bounds = [rank_bound.bound_of(None if pd.isna(r.d_dot) else int(r.d_dot), r.update_rule,
-                                  r.replacement, threshold, r.eval_max_queries,
+    bounds = [rank_bound.bound_of(None if pd.isna(r.read_rank) else int(r.read_rank),
+                                  r.update_rule, r.replacement, threshold, r.eval_max_queries,
                                   r.eval_query_batch)
               for r in runs.itertuples()]
     return pd.Series(bounds, index=runs.index, dtype="Int64")

@@ -150,8 +150,9 @@ def _draw_floors(ax, runs: pd.DataFrame, capacity: pd.DataFrame, colors: dict) -
     drawn = False
     for r in capacity[capacity["rank_bound"].notna()].itertuples():
         first = runs[runs["label"] == r.label].iloc[0]
-        n = np.arange(int(r.d_dot), int(runs.loc[runs["label"] == r.label, "n_keys"].max()) + 1)
-        floor = np.array([rank_bound.floor_of(k, int(r.d_dot), r.update_rule,
+        rank = int(first["read_rank"])  # the features a query reads: d_dot but for cosFormer
+        n = np.arange(rank, int(runs.loc[runs["label"] == r.label, "n_keys"].max()) + 1)
+        floor = np.array([rank_bound.floor_of(k, rank, r.update_rule,
                                               first["eval_max_queries"], first["eval_query_batch"])
                           for k in n])
         if (floor > 0).any():

@@ -7,7 +7,9 @@ In one evaluation sequence the Q = min(S, eval_max_queries) queried keys hold di
 so their targets are Q orthonormal rows p_i (one-hots). The sum and delta rules read
 y_i = c_i W phi(q_i), c_i a scalar (the attention normalisation; 1 for delta), so the Q outputs
 lie in a subspace U of dimension r <= d_dot; fwm's LayerNorm subtracts each output's mean,
-which adds one direction: r = d_dot + 1. For each query ||p_i - y_i||^2 >= 1 - ||P_U p_i||^2
+which adds one direction: r = d_dot + 1. Here d_dot is the number of features a query reads
+(``FeatureMap.query_rank_of``): a cosFormer query, at the end of its sequence, reads d_key of
+its 2 d_key features, so its read-out has rank d_key whatever the state's width. For each query ||p_i - y_i||^2 >= 1 - ||P_U p_i||^2
 =: f_i, with f_i in [0, 1] and, the p_i being orthonormal, sum_i ||P_U p_i||^2 <= trace(P_U) = r,
 so sum_i f_i >= Q - r (Eckart-Young for a permutation matrix). A query's loss is
 0.5 ||p_i - y_i||^2 >= 0.5 f_i.

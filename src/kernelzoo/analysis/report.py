@@ -22,7 +22,7 @@ import pandas as pd
 from scipy import stats
 
 from kernelzoo.analysis import learning_rate, prediction, rank_bound, scaling, update_rules
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, value_column
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
 from kernelzoo.analysis.stalls import RULE as STALL_RULE
@@ -349,6 +349,24 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFr
     return lines + [""]
 
 
+def query_read_lines(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """For each configuration whose query reads fewer features than its d_dot (``read_rank``,
+    ``FeatureMap.query_rank_of``: cosFormer), its failure point in every view against that
+    number as well as against d_dot."""
+    reads = runs.drop_duplicates("label").set_index("label")["read_rank"]
+    lines = []
+    for r in capacity.itertuples():
+        read = reads.get(r.label)
+        if pd.isna(read) or pd.isna(r.d_dot) or read >= r.d_dot:
+            continue
+        ratios = ", ".join(f"{VIEW_WORDS[view]} {getattr(r, value_column(view)) / read:.2f}"
+                           for view in VIEWS)
+        lines.append(f"{r.label}: a query reads {read} of its d_dot {r.d_dot} features, so its "
+                     f"read-out has rank {read} and the bound above is that of {read}; failure "
+                     f"point / {read} per view: {ratios}.")
+    return ["", "Features a query reads: " + " ".join(lines)] if lines else []
+
+
 def rank_bound_section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """The rank bound's derivation, each configuration's bound and the runs closest to it."""
     bounded = capacity[capacity["rank_bound"].notna()]
@@ -357,8 +375,9 @@ def rank_bound_section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     lines = ["## The rank bound (loss view)", "", rank_bound.DERIVATION, "",
              "Bounds here: " + "; ".join(f"{r.label} {r.rank_bound}"
                                          for r in bounded.itertuples()) + "."]
+    lines += query_read_lines(capacity, runs)
     bounded_runs = runs[runs["rank_bound"].notna()]
-    floors = pd.Series([rank_bound.floor_of(r.n_keys, r.d_dot, r.update_rule, r.eval_max_queries,
+    floors = pd.Series([rank_bound.floor_of(r.n_keys, r.read_rank, r.update_rule, r.eval_max_queries,
                                             r.eval_query_batch)
                         for r in bounded_runs.itertuples()], index=bounded_runs.index,
                        dtype=float)

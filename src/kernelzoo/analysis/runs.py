@@ -18,7 +18,8 @@ import pandas as pd
 from kernelzoo import config
 from kernelzoo.analysis import settings
 from kernelzoo.analysis.capacity import CONFIG_KEYS
-from kernelzoo.analysis.style import canonical_params, format_value, map_label, sizing_param
+from kernelzoo.analysis.style import (canonical_params, format_value, map_label, query_rank,
+                                      sizing_param)
 from kernelzoo.records.files import StoreError
 from kernelzoo.records.store import config_value, read_config, read_search, read_summary
 
@@ -82,6 +83,10 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
     runs["probe_why"] = [probes.get(r, {}).get("why") for r in runs["run_id"]]
     for key in ("d_dot", "predicted_capacity"):
         runs[key] = runs[key].astype("Int64")
+    runs["read_rank"] = pd.Series(
+        [None if pd.isna(r.d_dot) else query_rank(r.feature_map, int(r.d_key), int(r.d_dot),
+                                                  json.loads(r.feature_map_params))
+         for r in runs.itertuples()], index=runs.index, dtype="Int64")
     return add_labels(runs), missing, damaged
 
 

@@ -49,6 +49,13 @@ def sizing_param(feature_map: str) -> str | None:
     return cls.sizing_param if cls is not None else None
 
 
+def query_rank(feature_map: str, d_key, d_dot, params: dict):
+    """The features a query of this configuration reads (``FeatureMap.query_rank_of``): the
+    read-out's rank, below d_dot for cosFormer; d_dot for a map no installed package defines."""
+    cls = map_class(feature_map)
+    return d_dot if cls is None or d_dot is None else cls.query_rank_of(d_key, d_dot, params)
+
+
 def format_value(value) -> str:
     """A parameter's value as labels and ``canonical_params`` show it: true, 1, 0.5, name."""
     if isinstance(value, bool):

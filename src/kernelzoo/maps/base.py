@@ -107,9 +107,15 @@ class FeatureMap(nn.Module):
 
     @property
     def query_rank(self):
-        """The number of independent features of queries: d_dot unless a map treats queries
-        differently (cosformer's query position uses half of its features)."""
-        return self.d_dot
+        """The number of independent features of queries (``query_rank_of``)."""
+        return self.query_rank_of(self.d_key, self.d_dot, self._params)
+
+    @classmethod
+    def query_rank_of(cls, d_key, d_dot, params):
+        """The number of independent features a query reads: the rank of the read-out, whatever
+        the state's width. d_dot unless a map treats queries differently (cosformer's query
+        position uses half of its features); the analysis' rank bound reads it here."""
+        return d_dot
 
     draws_per_chunk = False  # True: evaluation draws a projection per query chunk (random maps)
 

@@ -231,9 +231,9 @@ class CosFormer(FeatureMap):
     def __init__(self, d_key):
         super().__init__(d_key, 2 * d_key, {})
 
-    @property
-    def query_rank(self):
-        return self.d_key
+    @classmethod
+    def query_rank_of(cls, d_key, d_dot, params):
+        return d_key
 
     def forward(self, x, is_query=False):
         r = torch.relu(x)
