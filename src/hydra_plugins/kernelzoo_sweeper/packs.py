@@ -1,4 +1,4 @@
-"""The sweeper's jobs as records: each point to launch (``Point``) and the packs they form (``Pack``).
+"""The sweeper's jobs as records: the points to launch (``Point``), the packs they form (``Pack``).
 
 A ``Point`` holds its overrides, the strings Hydra's launcher takes, beside the typed values
 packing reads, from the checked config its check composed (``points.check_points``): n_keys,

@@ -61,6 +61,9 @@ def _or_null(test: Callable[[object], bool]) -> Callable[[object], bool]:
 INTEGER, INTEGER_OR_NULL = (_integer, "an integer"), (_or_null(_integer), "an integer or null")
 NUMBER = (_or_null(_number), "a number, null or \"inf\"")
 TEXT, TEXT_OR_NULL = (_text, "a string"), (_or_null(_text), "a string or null")
+# what core/diagnostics.py measures on the trained model (null where it could not)
+DIAGNOSTICS = ("phi_rank", "phi_effective_rank", "phi_rank_initial", "phi_effective_rank_initial",
+               "margin", "negative_margin_fraction", "dead_keys")
 
 FIELDS = (
     Field("run_id", *TEXT),
@@ -88,14 +91,10 @@ FIELDS = (
     Field("resumes", *INTEGER, kind=OPTIONAL, default=0),  # continued from a checkpoint
     Field("stall_check_of", _or_null(lambda v: _text(v) and is_name(v)), "a run id or null",
           kind=NULL_WHEN_ABSENT, default=None),  # the stalled run a stall check retrains
-    # what core/diagnostics.py measures on the trained model; null where it could not
-    *(Field(name, *NUMBER, kind=OPTIONAL)
-      for name in ("phi_rank", "phi_effective_rank", "phi_rank_initial",
-                   "phi_effective_rank_initial", "margin", "negative_margin_fraction")),
-    Field("dead_keys", *INTEGER_OR_NULL, kind=OPTIONAL),
+    *(Field(name, *(INTEGER_OR_NULL if name == "dead_keys" else NUMBER), kind=OPTIONAL)
+      for name in DIAGNOSTICS),
 )
 BY_NAME = {f.name: f for f in FIELDS}
-DIAGNOSTICS = tuple(f.name for f in FIELDS[FIELDS.index(BY_NAME["phi_rank"]):])
 
 
 def new(**values) -> dict:
