@@ -261,6 +261,7 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, monkeypatch, capsys, args,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_is_written(tmp_path):
     results = tmp_path / "results"
     write_series(results / "x", {n: 1e-4 if n <= 60 else 0.3 for n in GRID})

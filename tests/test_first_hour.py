@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PYTHON, REPO, run_cmd, slow_but, smoke_args, train
+from conftest import PYTHON, REPO, run_cmd, smoke_args, train
 
 from kernelzoo.records import progress
 
@@ -98,7 +98,8 @@ def test_make_takes_one_results_directory_from_args_or_results(cli_env):
     assert "RESULTS=/tmp/elsewhere" in res.stdout
 
 
-@pytest.mark.parametrize("threads", slow_but({1}, [1, 2]))
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [1, 2])
 def test_a_run_says_how_many_threads_it_uses(tmp_path, cli_env, threads):
     res = train(["trainer=smoke", "logger=none", "d_key=4", "n_keys=3", "trainer.max_steps=50",
                  f"results_dir={tmp_path / 'r'}", f"trainer.threads={threads}"], cli_env)

@@ -218,6 +218,7 @@ def test_damaged_inputs_are_listed_and_the_analysis_goes_on(tmp_path, cli_env):
         assert needle in res.stderr
 
 
+@pytest.mark.slow
 def test_damaged_sweep_record_and_index_do_not_stop_a_sweep(smoke_results, tmp_path):
     from conftest import copy_results
 

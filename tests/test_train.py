@@ -126,6 +126,7 @@ def test_rejected_config_exits_2_with_one_short_line(tmp_path, args, needle):
     assert not (tmp_path / "adhoc" / "runs").exists(), "nothing trained or recorded"
 
 
+@pytest.mark.slow
 def test_unknown_key_is_an_error_not_ignored(tmp_path):
     res = cli("trainer.lrr=0.1", f"results_dir={tmp_path}", "logger=none")
     assert res.returncode != 0 and "lrr" in res.stderr and "Traceback" not in res.stderr
