@@ -69,7 +69,7 @@ def plan(cfg: DictConfig) -> dict:
     require(not (phi.is_softmax and mem.update_rule != "sum"),
            f"memory.update_rule={mem.update_rule} with feature_map=softmax: softmax attention "
            "has no fast-weight state; valid: memory=sum")
-    check_memory(c, phi, device, seq_len, eval_seq_len)
+    check_memory(phi, mem, tr, task, device, [(S, seq_len, eval_seq_len)])
     identity = {
         "feature_map": name, "feature_map_params": phi.params, "d_key": phi.d_key,
         "d_dot": None if math.isinf(phi.d_dot) else phi.d_dot, "n_keys": S, "seed": c.seed,
@@ -224,8 +224,14 @@ def read_checkpoint(path: Path, p: dict, cfg: DictConfig) -> tuple[dict | None, 
 
 def train_claimed(todo: list[Member], echo):
     """Train the claimed runs as one pack; yield (position, run_id, summary) as each stops:
-    its summary is written (and a forced rerun swapped in) at that moment."""
+    its summary is written (and a forced rerun swapped in) at that moment. A pack whose
+    estimated memory exceeds the device's is refused first (UsageError), as ``plan`` refuses a
+    run."""
     tr, device = todo[0].plan["trainer"], todo[0].plan["device"]
+    if len(todo) > 1:  # each run was checked alone (plan); together they hold more
+        p = todo[0].plan
+        check_memory(p["phi"], p["memory"], tr, p["task"], device,
+                     [(m.cfg.n_keys, m.plan["seq_len"], m.plan["eval_seq_len"]) for m in todo])
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     pack = f", a pack of {len(todo)}" if len(todo) > 1 else ""
     finished: list[tuple[int, str, dict]] = []
