@@ -1,6 +1,8 @@
 """The memory estimate (``devices.footprint``) and the check made with it (``check_memory``).
 
-The tests hold the count to plain counts of what the code holds, on tiny runs.
+The fast tests hold the count to plain counts of what the code holds, on tiny runs; the slow one
+trains the quick matrix of ``python -m kernelzoo.bench --estimate`` (maps x update rules x batch
+sizes, about two minutes) and holds the estimate to within 25% above every measured peak.
 """
 
 import dataclasses
@@ -8,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from kernelzoo import devices
+from kernelzoo import bench, bench_report, devices
 from kernelzoo.catalog import build_feature_map
 from kernelzoo.config import MemoryConf, TaskConf, TrainerConf, UsageError
 from kernelzoo.devices import MARGIN, footprint, map_costs
@@ -193,3 +195,15 @@ def test_the_trainer_checks_a_pack_before_it_trains(tmp_path, monkeypatch):
     monkeypatch.setattr(devices, "device_memory", lambda device: int(1.5 * one))
     with pytest.raises(UsageError, match=r"^a pack of 3 runs .* valid: trainer.pack <= 1"):
         run(cfg, echo=lambda line: None)
+
+
+@pytest.mark.slow
+def test_the_estimate_covers_measured_peaks_within_25_percent():
+    """The quick matrix of ``bench --estimate`` (elu, dpfp-1, favor-64 x sum, delta, fwm x
+    batch 32, 256 at 64 keys), each point trained through the trainer under torch's profiler:
+    peak <= estimate <= 1.25 peak."""
+    low, high = bench_report.ESTIMATE_BAND
+    for point in bench.estimate_points(quick=True):
+        row = bench.estimate_row(point)
+        assert row["status"] != "diverged", row
+        assert low <= row["ratio"] <= high, row
