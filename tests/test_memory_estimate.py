@@ -2,7 +2,8 @@
 
 The fast tests hold the count to plain counts of what the code holds, on tiny runs; the slow one
 trains the quick matrix of ``python -m kernelzoo.bench --estimate`` (maps x update rules x batch
-sizes, about two minutes) and holds the estimate to within 25% above every measured peak.
+sizes, and packs; about two minutes) and holds the estimate to within 25% above every measured
+peak.
 """
 
 import dataclasses
@@ -200,7 +201,8 @@ def test_the_trainer_checks_a_pack_before_it_trains(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_estimate_covers_measured_peaks_within_25_percent():
     """The quick matrix of ``bench --estimate`` (elu, dpfp-1, favor-64 x sum, delta, fwm x
-    batch 32, 256 at 64 keys), each point trained through the trainer under torch's profiler:
+    batch 32, 256 at 64 keys; packs of 64, 58 and 51 keys of elu and dpfp-1 x the rules at batch
+    32), each point trained through the trainer under torch's profiler:
     peak <= estimate <= 1.25 peak."""
     low, high = bench_report.ESTIMATE_BAND
     for point in bench.estimate_points(quick=True):
