@@ -90,6 +90,13 @@ class _LiveBytes(TorchDispatchMode):
         self.live = self.peak = 0
         self._held: set[int] = set()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False: nothing is compiled while it is active, and skipping Dynamo would wrap
+        ``__torch_dispatch__`` in ``torch._dynamo.disable``, importing torch._dynamo (about 2 s
+        in every process that plans a run)."""
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in tree_leaves(out):
@@ -189,9 +196,12 @@ def _measure_map(phi, path, grad, dtype, sliced, normalise) -> MapCost:
                     del k, q
                     peak, kept = live.peak, live.restart() - out.nbytes
                     backward = 0
-                    if grad:
-                        out.backward(torch.ones_like(out))
-                        backward = live.peak - kept - out.nbytes
+                    if grad:  # out's gradient as out.backward(ones) gives it, without the
+                        # sympy that passing a gradient imports (a second in every process)
+                        total = (out * torch.ones_like(out)).sum()
+                        start = live.restart()
+                        total.backward()
+                        backward = live.peak - start
                     del out
                 taken[B, L] = (peak, kept, backward)
     finally:
