@@ -159,7 +159,7 @@ def test_a_refused_run_names_itself_its_estimate_the_memory_and_what_fits(monkey
     line = refused("delta", 1024, [(200, 200, 200)], 256 * 2**20, monkeypatch)
     assert "\n" not in line and line.startswith("n_keys=200 (feature_map=dpfp of d_dot 128")
     assert "memory=delta, trainer.batch_size=1024" in line and "needs about 1.1" in line
-    assert "in its training step" in line and "more than the 0.25 GiB of cpu" in line
+    assert "in its training step" in line and "more than the 256 MiB of cpu" in line
     assert "valid: trainer.batch_size <= " in line and " or n_keys <= " in line
     fits = int(line.split("trainer.batch_size <= ")[1].split()[0])
     phi = build_feature_map("dpfp", d_key=64)

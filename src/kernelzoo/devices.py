@@ -431,13 +431,18 @@ def check_memory(phi, mem, tr, task, device: torch.device,
     raise UsageError(
         f"{point} (feature_map={phi.name} of d_dot {d_dot}, memory={mem.update_rule}, "
         f"trainer.batch_size={tr.batch_size}, sequences of {L}; evaluation: "
-        f"{tr.eval_sequences} of {eval_len}) needs about {parts[peak] / GIB:,.2f} GiB at its "
-        f"peak, in its {peak} (estimate: parameters, gradients and Adam state "
-        f"{parts['parameters'] / GIB:,.2f} GiB, other tensors "
-        f"{(parts[peak] - parts['parameters']) / GIB:,.2f} GiB), more than the "
-        f"{have / GIB:,.2f} GiB of {device}; valid: "
+        f"{tr.eval_sequences} of {eval_len}) needs about {_size(parts[peak])} at its peak, in "
+        f"its {peak} (estimate: parameters, gradients and Adam state "
+        f"{_size(parts['parameters'])}, other tensors {_size(parts[peak] - parts['parameters'])}"
+        f"), more than the {_size(have)} of {device}; valid: "
         + (" or ".join(valid) + " here" if valid else "fewer or shorter sequences "
            "(trainer.batch_size, task.seq_len, trainer.eval_sequences)"))
+
+
+def _size(nbytes: float) -> str:
+    """Bytes as GiB from 1 GiB, else as MiB: three significant digits, whole from 100."""
+    value, unit = (nbytes / GIB, "GiB") if nbytes >= GIB else (nbytes / 2**20, "MiB")
+    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
 
 
 def _most(fits, high: int) -> int:
