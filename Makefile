@@ -50,8 +50,9 @@ test: install  ## the default test suite, one pytest worker per core (a few minu
 test-slow: install  ## the slower tests kept out of `make test`
 	$(PY) -m pytest -m slow
 
-bench: install  ## speed and memory benchmark -> results/bench/; QUICK=1 for a subset
+bench: install  ## speed and memory benchmark, memory estimate -> results/bench/; QUICK=1 for a subset
 	$(PY) -m kernelzoo.bench $(if $(QUICK),--quick,)
+	$(PY) -m kernelzoo.bench --estimate $(if $(QUICK),--quick,)
 
 sync: install  ## upload offline wandb runs; gives up after SYNC_TIMEOUT seconds (no network)
 	@shopt -s nullglob; runs=($(RESULTS)/wandb/offline-run-*); \

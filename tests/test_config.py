@@ -127,13 +127,14 @@ def test_bad_value_is_one_line_exit_2_before_anything(capsys, tmp_path, override
                     reason="n_keys=100000 (about 660 GiB) fits in this machine's memory")
 def test_a_run_that_cannot_fit_is_refused_with_the_estimate(capsys, tmp_path):
     line = rejected(capsys, tmp_path, "n_keys=100000")
-    assert "n_keys=100000 needs about" in line and "GiB" in line and "valid: n_keys <=" in line
-    assert "parameters, gradients and Adam state" in line
+    assert line.startswith("error: n_keys=100000 (") and "needs about" in line and "GiB" in line
+    assert "parameters, gradients and Adam state" in line and "valid: n_keys <=" in line
 
 
 def test_batches_that_cannot_fit_are_refused_with_the_estimate(capsys, tmp_path):
     line = rejected(capsys, tmp_path, "trainer.batch_size=1000000000000")
-    assert "trainer.batch_size=1000000000000" in line and "GiB" in line and "shorter sequences" in line
+    assert "trainer.batch_size=1000000000000" in line and "GiB" in line
+    assert "valid: trainer.batch_size <=" in line
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc here")
@@ -144,11 +145,17 @@ def test_a_results_dir_that_cannot_be_created_is_refused(capsys, tmp_path):
 
 def test_the_estimate_leaves_the_published_sweeps_alone():
     """figure2's largest points (S = 600, FAVOR+ m = 512) are far below a laptop's memory."""
-    from kernelzoo.core.model import footprint
+    from kernelzoo.config import MemoryConf, TrainerConf
+    from kernelzoo.maps.catalog import build_feature_map
+    from kernelzoo.training.devices import footprint
 
-    for d_dot, rule in ((1024, "sum"), (384, "sum"), (128, "delta")):
-        need = footprint(600, 64, d_dot, rule, 32, 600, 20, 200, 600, 4)
-        assert sum(need.values()) < 2**30, need
+    for name, params, rule, normalisation in (
+            ("favor", {"m": 512, "variant": "hyperbolic"}, "sum", "attention"),
+            ("dpfp", {"nu": 3}, "sum", "attention"), ("dpfp", {"nu": 1}, "delta", "sum")):
+        phi = build_feature_map(name, d_key=64, **params)
+        need = footprint(phi, MemoryConf(update_rule=rule, normalisation=normalisation),
+                         TrainerConf(), [(600, 600, 600)])
+        assert max(need.values()) < 2**30, need
 
 
 @pytest.mark.parametrize("device", [

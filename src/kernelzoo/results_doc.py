@@ -139,7 +139,7 @@ def analysis_document() -> str:
     from kernelzoo.analysis.report import CAPTIONS, HEADLINE_WHY, PUBLISHED_NOTE, REFERENCE_NOTE
 
     def quoted(module, text: str) -> list[str]:
-        return [f"(`src/kernelzoo/{module.__name__.split('.')[-1]}.py`)", "", text.strip(), ""]
+        return [f"(`src/{module.__name__.replace('.', '/')}.py`)", "", text.strip(), ""]
 
     sections = [
         ("The failure point in three views", capacity, capacity.RULE),

@@ -30,6 +30,7 @@ from kernelzoo.records import files, interrupt, progress, store, tracking
 from kernelzoo.training import checkpoint
 from kernelzoo.config import UsageError
 from kernelzoo.hydra_adapter import args_parser
+from kernelzoo.training.devices import check_memory
 from kernelzoo.training.pack import step_cost
 from kernelzoo.training.plan import Infeasible, Plan, locate, resolve, summary_of
 from kernelzoo.training.runner import Member, build_model, fit
@@ -137,8 +138,14 @@ def read_checkpoint(path: Path, p: Plan, cfg: DictConfig) -> tuple[dict | None, 
 
 def train_claimed(todo: list[Member], echo):
     """Train the claimed runs as one pack; yield (position, run_id, summary) as each stops:
-    its summary is written (and a forced rerun swapped in) at that moment."""
+    its summary is written (and a forced rerun swapped in) at that moment. A pack whose
+    estimated memory exceeds the device's is refused first (UsageError), as ``plan`` refuses a
+    run."""
     tr, device = todo[0].plan.trainer, todo[0].plan.device
+    if len(todo) > 1:  # each run was checked alone (plan); together they hold more
+        p = todo[0].plan
+        check_memory(p.phi, p.memory, tr, p.task, device,
+                     [(m.plan.config.n_keys, m.plan.seq_len, m.plan.eval_seq_len) for m in todo])
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     pack = f", a pack of {len(todo)}" if len(todo) > 1 else ""
     finished: list[tuple[int, str, dict]] = []

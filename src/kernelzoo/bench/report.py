@@ -234,3 +234,77 @@ def targets(rows: list[dict], eval_flop_ratio) -> list[str]:
                    + ", ".join(f"{r['feature_map']} {r['kernelzoo_ms']:.1f} / {r['baseline_ms']:.1f} ms"
                                for r in floor))
     return out + packed
+
+
+# ------------------------------------------------ the memory estimate (bench.py --estimate)
+
+ESTIMATE_COLUMNS = ["feature_map", "update_rule", "batch_size", "n_keys", "pack", "status",
+                    "peak_mb", "estimate_mb", "ratio", "estimated_phase"]
+ESTIMATE_BAND = (0.8, 1.0)  # peak / estimate: the estimate covers the peak, at most 25% above
+
+
+def read_estimate_csv(path: Path) -> list[dict]:
+    """The rows of an ``estimate.csv`` as ``write_estimate`` wrote them (a pack's other runs'
+    n_keys as "180+160", none as an empty cell)."""
+    with open(path, newline="") as f:
+        return [{**r, "batch_size": int(r["batch_size"]), "n_keys": int(r["n_keys"]),
+                 "pack": tuple(int(n) for n in r.get("pack", "").split("+") if n),
+                 **{k: float(r[k]) for k in ("peak_mb", "estimate_mb", "ratio")}}
+                for r in csv.DictReader(f)]
+
+
+def estimate_key(row: dict) -> tuple:
+    """What names an --estimate point: map, rule, batch size, n_keys and its pack's others."""
+    return (row["feature_map"], row["update_rule"], row["batch_size"], row["n_keys"],
+            tuple(row["pack"]))
+
+
+def write_estimate(rows: list[dict], stem: Path, command: str, seconds: float,
+                   rebuilt: bool) -> None:
+    """``estimate.csv`` (a row per point) and ``estimate.md``: a table of peak / estimate per
+    map and rule (columns: batch sizes) and the range of that ratio against ESTIMATE_BAND."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=ESTIMATE_COLUMNS)
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: "+".join(map(str, r[k])) if k == "pack" else _cell(r[k], "{:.4g}")
+                         for k in ESTIMATE_COLUMNS})
+    files.atomic_write_text(stem.with_suffix(".csv"), out.getvalue())
+    batches = sorted({r["batch_size"] for r in rows})
+    ran = [r for r in rows if r["status"] != "diverged"]
+    low, high = ESTIMATE_BAND
+    inside = sum(low <= r["ratio"] <= high for r in ran)
+    lines = [
+        "# kernelzoo memory estimate", "",
+        f"- machine: {store.cpu_model()}, {len(os.sched_getaffinity(0))} cores; torch "
+        f"{torch.__version__}, 1 thread, device cpu",
+        f"- command: `{command}`" + (" (estimates recomputed: --rebuild)" if rebuilt else
+                                     f" (its last invocation: {seconds:.0f} s)"),
+        f"- {plural(len(rows), 'point')} at n_keys {rows[0]['n_keys'] if rows else '-'} (a pack: "
+        "its largest run's, and its others' beside the map's name), each "
+        "trained 4 steps with an evaluation and a checkpoint every 2 and the final diagnostics; "
+        "peak: the most MB its tensors held at once (torch.profiler's CPU allocator events); "
+        "estimate: `devices.footprint`, at the phase it finds largest",
+        f"- peak / estimate from {min(r['ratio'] for r in ran):.3f} to "
+        f"{max(r['ratio'] for r in ran):.3f}; within [{low}, {high}] (the estimate covers the "
+        f"peak, at most 25% above it): {inside} of {plural(len(ran), 'run')}" if ran else
+        "- no run", "",
+        "| feature_map | update_rule | " + " | ".join(f"B = {b}: peak / estimate (MB)"
+                                                     for b in batches) + " |",
+        "|---|---|" + "---|" * len(batches),
+    ]
+    for (name, rule, pack) in dict.fromkeys((r["feature_map"], r["update_rule"], r["pack"])
+                                            for r in rows):
+        by_batch = {r["batch_size"]: r for r in rows
+                    if (r["feature_map"], r["update_rule"], r["pack"]) == (name, rule, pack)}
+        if pack:
+            name = f"{name}, a pack of n_keys {by_batch[min(by_batch)]['n_keys']}, " + \
+                ", ".join(map(str, pack))
+        cells = []
+        for b in batches:
+            r = by_batch.get(b)
+            cells.append("" if r is None else f"{r['ratio']:.3f} ({r['peak_mb']:.4g} / "
+                         f"{r['estimate_mb']:.4g})" + (" diverged" if r["status"] == "diverged"
+                                                       else ""))
+        lines.append(f"| {name} | {rule} | " + " | ".join(cells) + " |")
+    files.atomic_write_text(stem.with_suffix(".md"), "\n".join(lines) + "\n")

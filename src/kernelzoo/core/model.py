@@ -127,29 +127,6 @@ def _scatter(scores: torch.Tensor, values: torch.Tensor, n_values: int) -> torch
     return scores.new_zeros(B, Q, n_values).scatter_add_(2, index, scores)
 
 
-def footprint(n_keys: int, d_key: int, d_dot: float, update_rule: str, batch_size: int,
-              seq_len: int, eval_sequences: int, eval_queries: int, eval_seq_len: int,
-              element_bytes: int) -> dict:
-    """An estimate of the memory one run needs at its peak, in bytes, from its dominant terms:
-    ``parameters`` with their gradients and Adam's two moments (4 copies; the 2S x 2.2S
-    embedding table dominates) and ``activations``, the larger of a training step's (kept for
-    the backward: twice the forward's) and an evaluation's. Per forward: keys and their
-    features (B L (d_key + d_dot)), scores and outputs (B Q (L + S)), and for the delta and fwm
-    rules the one-hot values (B L S) and the state (B S d_dot). It is there to refuse what
-    cannot fit, not to measure (``bench.py`` measures)."""
-    S, e = n_keys, int(2 * n_keys * EMBED_FACTOR)
-    params = 2 * S * e + (S + e + 1) * d_key + (e + 1) * d_key + (S + e + 1) * (update_rule != "sum")
-    D = d_key if math.isinf(d_dot) else d_dot  # softmax keeps no features
-
-    def forward(B, L, Q):
-        per = B * L * (d_key + D) + B * Q * (L + S)
-        return per + (B * L * S + B * S * D if update_rule != "sum" else 0)
-
-    activations = max(2 * forward(batch_size, seq_len, 1),
-                      forward(eval_sequences, eval_seq_len, eval_queries))
-    return {"parameters": 4 * params * element_bytes, "activations": activations * element_bytes}
-
-
 def _one_hot(values: torch.Tensor, n_values: int, dtype: torch.dtype) -> torch.Tensor:
     """onehot(values) in ``dtype``, written once: ``F.one_hot`` builds an int64 tensor of the
     same shape first (twice the bytes of a float32 result) and then casts it."""

@@ -320,9 +320,19 @@ def batched_dot(a, b):
     return _BatchedDot.apply(a, b)
 
 
-def batch_slices(x, widen=2, elements=1 << 18):
+SLICE_ELEMENTS = 1 << 18  # batch_slices: entries of an intermediate of one slice (the CPU's cache)
+SLICE_WIDTHS: list | None = None  # set to a list, batch_slices appends each call's row width
+
+
+def batch_slices(x, widen=2, elements=None):
     """Slices of x's first dim such that intermediates `widen` times the size of x[slice] have
-    about `elements` entries on the CPU and stay in cache; one slice on other devices."""
+    about `elements` (default SLICE_ELEMENTS, read at the call) entries on the CPU and stay in
+    cache; one slice on other devices. ``devices.map_costs`` measures a map with 0 (every
+    batch element a slice of its own) and SLICE_WIDTHS a list, which gets the width of those
+    intermediates per row of x[0] (x[0, 0].numel() * widen)."""
+    elements = SLICE_ELEMENTS if elements is None else elements
+    if SLICE_WIDTHS is not None:
+        SLICE_WIDTHS.append(x[:1, :1].numel() * widen)
     per_item = max(1, int(x[:1].numel() * widen))
     step = x.shape[0] if x.device.type != "cpu" else max(1, elements // per_item)
     return [slice(i, i + step) for i in range(0, x.shape[0], step)]

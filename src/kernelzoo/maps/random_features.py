@@ -335,6 +335,10 @@ class _FavorKeyScores(torch.autograd.Function):
             omega = _slice_projection(projection, b).to(x.dtype)
             g_x = torch.addcmul(g_wx @ omega, g_logits.sum(-1, keepdim=True), x, value=-1.0)
             torch.mul(g_x, phi.scale, out=grad_k[b])
+        # the key features are held by ctx, not saved tensors, which autograd frees after the
+        # backward: released here, or they stay with the graph for as long as its output lives
+        # (the trainer keeps a step's losses through the next forward and an evaluation)
+        ctx.exps = None
         return grad_k, grad_fq, None
 
 

@@ -38,7 +38,7 @@ NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile
 class Plan:
     """A checked point, resolved: its checked ``config`` (n_keys, seed, d_key as given), run
     ``identity``, feature map ``phi``, device, sequence lengths and estimated peak memory
-    (bytes by part, ``model.footprint``). ``task``, ``memory`` and ``trainer`` are the
+    (bytes at the peak of each phase, ``devices.footprint``). ``task``, ``memory`` and ``trainer`` are the
     config's."""
 
     config: Config
@@ -95,7 +95,7 @@ def plan(cfg: DictConfig) -> Plan:
     require(not (phi.is_softmax and mem.update_rule != "sum"),
             f"memory.update_rule={mem.update_rule} with feature_map=softmax: softmax attention "
             "has no fast-weight state; valid: memory=sum")
-    estimate = check_memory(c, phi, device, seq_len, eval_seq_len)
+    estimate = check_memory(phi, mem, tr, task, device, [(S, seq_len, eval_seq_len)])
     identity = {
         "feature_map": name, "feature_map_params": phi.params, "d_key": phi.d_key,
         "d_dot": None if math.isinf(phi.d_dot) else phi.d_dot, "n_keys": S, "seed": c.seed,
