@@ -147,7 +147,7 @@ def test_the_estimate_leaves_the_published_sweeps_alone():
     """figure2's largest points (S = 600, FAVOR+ m = 512) are far below a laptop's memory."""
     from kernelzoo.config import MemoryConf, TrainerConf
     from kernelzoo.maps.catalog import build_feature_map
-    from kernelzoo.training.devices import footprint
+    from kernelzoo.training.footprint import footprint
 
     for name, params, rule, normalisation in (
             ("favor", {"m": 512, "variant": "hyperbolic"}, "sum", "attention"),

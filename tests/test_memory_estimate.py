@@ -1,4 +1,4 @@
-"""The memory estimate (``devices.footprint``) and the check made with it (``check_memory``).
+"""The memory estimate (``footprint.footprint``) and the check made with it (``check_memory``).
 
 The fast tests hold the count to plain counts of what the code holds, on tiny runs; the slow one
 trains the quick matrix of ``python -m kernelzoo.bench --estimate`` (maps x update rules x batch
@@ -13,9 +13,10 @@ import torch
 
 from kernelzoo.bench import report as bench_report, throughput as bench
 from kernelzoo.training import devices
+from kernelzoo.maps import base as feature_maps
 from kernelzoo.maps.catalog import build_feature_map
 from kernelzoo.config import MemoryConf, TaskConf, TrainerConf, UsageError
-from kernelzoo.training.devices import MARGIN, footprint, map_costs
+from kernelzoo.training.footprint import MARGIN, footprint, map_costs
 from kernelzoo.core.model import RetrievalModel
 from kernelzoo.training.pack import Pack
 from kernelzoo.core.task import RetrievalTask
@@ -111,7 +112,7 @@ def test_a_map_that_slices_its_batch_is_measured_per_slice():
     assert cost.kept[0] == pytest.approx(32 * 4)
     assert cost.width == 2 * 32 and cost.slice > 0
     rows_of_a_slice = cost.slice_rows(10**6, 100)
-    assert rows_of_a_slice == 100 * (devices.feature_maps.SLICE_ELEMENTS // (100 * 64))
+    assert rows_of_a_slice == 100 * (feature_maps.SLICE_ELEMENTS // (100 * 64))
 
 
 @pytest.mark.parametrize("name, params", [("hedgehog", {}), ("favor", {"m": 8}),

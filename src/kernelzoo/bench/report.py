@@ -284,7 +284,7 @@ def write_estimate(rows: list[dict], stem: Path, command: str, seconds: float,
         "its largest run's, and its others' beside the map's name), each "
         "trained 4 steps with an evaluation and a checkpoint every 2 and the final diagnostics; "
         "peak: the most MB its tensors held at once (torch.profiler's CPU allocator events); "
-        "estimate: `devices.footprint`, at the phase it finds largest",
+        "estimate: `footprint.footprint`, at the phase it finds largest",
         f"- peak / estimate from {min(r['ratio'] for r in ran):.3f} to "
         f"{max(r['ratio'] for r in ran):.3f}; within [{low}, {high}] (the estimate covers the "
         f"peak, at most 25% above it): {inside} of {plural(len(ran), 'run')}" if ran else

@@ -33,7 +33,7 @@ table). ``floor_ms``: the contractions a step must do at this machine's measured
 rate plus the bytes it must move (Adam's state, keys and their gradients) at its
 measured bandwidth; see ``floor_ms``.
 
-``--estimate`` measures instead how close ``devices.footprint``, the memory estimate a run is
+``--estimate`` measures instead how close ``footprint.footprint``, the memory estimate a run is
 checked against before it trains, comes to what runs hold: every point of ``ESTIMATE_MAPS`` x
 update rules x ``ESTIMATE_BATCHES`` at ``ESTIMATE_KEYS`` keys (``--quick``: ``QUICK_ESTIMATE``)
 is trained briefly (``estimate_row``), and a few packs of three runs, and its peak compared
@@ -61,7 +61,8 @@ from omegaconf import OmegaConf
 from kernelzoo.bench import pack as bench_pack, report as bench_report
 from kernelzoo.core import memory
 from kernelzoo.config import CONF
-from kernelzoo.training.devices import flushes_denormals, footprint
+from kernelzoo.training.devices import flushes_denormals
+from kernelzoo.training.footprint import footprint
 from kernelzoo.maps.catalog import build_feature_map
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
 from kernelzoo.core.reference import reference_eval_forward, reference_forward

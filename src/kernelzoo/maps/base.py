@@ -21,7 +21,6 @@ builds a map by name (``catalog.build_feature_map``). This module knows no confi
 parameters are plain values.
 """
 
-import inspect
 import math
 import numbers
 
@@ -327,7 +326,7 @@ SLICE_WIDTHS: list | None = None  # set to a list, batch_slices appends each cal
 def batch_slices(x, widen=2, elements=None):
     """Slices of x's first dim such that intermediates `widen` times the size of x[slice] have
     about `elements` (default SLICE_ELEMENTS, read at the call) entries on the CPU and stay in
-    cache; one slice on other devices. ``devices.map_costs`` measures a map with 0 (every
+    cache; one slice on other devices. ``footprint.map_costs`` measures a map with 0 (every
     batch element a slice of its own) and SLICE_WIDTHS a list, which gets the width of those
     intermediates per row of x[0] (x[0, 0].numel() * widen)."""
     elements = SLICE_ELEMENTS if elements is None else elements

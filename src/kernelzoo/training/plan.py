@@ -38,8 +38,8 @@ NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile
 class Plan:
     """A checked point, resolved: its checked ``config`` (n_keys, seed, d_key as given), run
     ``identity``, feature map ``phi``, device, sequence lengths and estimated peak memory
-    (bytes at the peak of each phase, ``devices.footprint``). ``task``, ``memory`` and ``trainer`` are the
-    config's."""
+    (bytes at the peak of each phase, ``footprint.footprint``). ``task``, ``memory`` and
+    ``trainer`` are the config's."""
 
     config: Config
     identity: dict
