@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from kernelzoo.bench import report as bench_report, throughput as bench
+from kernelzoo.bench import estimate, report as bench_report
 from kernelzoo.training import devices
 from kernelzoo.maps import base as feature_maps
 from kernelzoo.maps.catalog import build_feature_map
@@ -208,7 +208,7 @@ def test_the_estimate_covers_measured_peaks_within_25_percent():
     32), each point trained through the trainer under torch's profiler:
     peak <= estimate <= 1.25 peak."""
     low, high = bench_report.ESTIMATE_BAND
-    for point in bench.estimate_points(quick=True):
-        row = bench.estimate_row(point)
+    for point in estimate.estimate_points(quick=True):
+        row = estimate.estimate_row(point)
         assert row["status"] != "diverged", row
         assert low <= row["ratio"] <= high, row
