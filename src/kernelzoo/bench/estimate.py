@@ -32,10 +32,9 @@ ESTIMATE_MAPS = {  # label -> overrides: the published maps as the figures ran t
     "dpfp-3": ["feature_map=dpfp", "feature_map.nu=3"],
     "favor-64": ["feature_map=favor", "feature_map.m=64"],
     "favor_fixed-64": ["feature_map=favor_fixed", "feature_map.m=64"],
-    "trig-64": ["feature_map=trig", "feature_map.m=64"],
     **{f"{name}-{d_dot}": [f"feature_map={name}", "d_key=16", f"d_dot={d_dot}"]
-       for name, d_dot in (("identity", 64), ("squared_relu", 64), ("hedgehog", 64),
-                           ("t2r", 64), ("cosformer", 64), ("taylor", 66), ("rebased", 65),
+       for name, d_dot in (("trig", 128), ("identity", 64), ("squared_relu", 64),
+                           ("hedgehog", 64), ("t2r", 64), ("cosformer", 64), ("taylor", 66), ("rebased", 65),
                            ("polysketch", 66))},
 }
 QUICK_ESTIMATE = {"maps": ("elu", "dpfp-1", "favor-64"), "batches": (32, 256), "n_keys": 64}
@@ -118,30 +117,35 @@ def estimate_row(point: dict) -> dict:
     for _, nbytes in events:
         live += nbytes
         peak = max(peak, live)
-    phase = max((k for k in estimate if k != "parameters"), key=estimate.get)
     statuses = {s["status"] for s in summaries}
     status = "diverged" if "diverged" in statuses else "/".join(sorted(statuses))
-    return {**point, "status": status, "peak_mb": peak / 2**20,
-            "estimate_mb": estimate[phase] / 2**20, "ratio": peak / estimate[phase],
-            "estimated_phase": phase}
+    return compared({**point, "status": status, "peak_mb": peak / 2**20}, estimate)
+
+
+def compared(row: dict, estimate: dict) -> dict:
+    """``row`` (a measured point) with the estimate it is held to: the largest phase's, or, for
+    a run that diverged (its first evaluation stops it: no evaluation, diagnostics or
+    checkpoint ran), its training step's."""
+    phase = ("training step" if row["status"] == "diverged" else
+             max((k for k in estimate if k != "parameters"), key=estimate.get))
+    return {**row, "estimate_mb": estimate[phase] / 2**20,
+            "ratio": row["peak_mb"] * 2**20 / estimate[phase], "estimated_phase": phase}
 
 
 def run_estimates(quick: bool, out: Path, rebuild: bool = False) -> None:
     """--estimate: measure the points not yet in ``estimate[_quick].csv`` in ``out`` (a long
     run that stopped goes on; remove the file to measure all anew), writing it and ``.md``
-    after each; or, rebuilding, recompute the estimates of the measured rows."""
+    after each; or, rebuilding, recompute the estimates of the measured rows. Rows of points
+    the matrix no longer has are dropped."""
     stem = out / ("estimate_quick" if quick else "estimate")
     start = time.perf_counter()
     command = "python -m kernelzoo.bench --estimate" + (" --quick" if quick else "")
     csv_path = stem.with_suffix(".csv")
-    rows = bench_report.read_estimate_csv(csv_path) if csv_path.exists() else []
+    points = {bench_report.estimate_key(p) for p in estimate_points(quick)}
+    rows = [r for r in (bench_report.read_estimate_csv(csv_path) if csv_path.exists() else [])
+            if bench_report.estimate_key(r) in points]  # of points the matrix still has
     if rebuild:
-        for r in rows:
-            estimate = estimated(r)
-            r["estimated_phase"] = max((k for k in estimate if k != "parameters"),
-                                       key=estimate.get)
-            r["estimate_mb"] = estimate[r["estimated_phase"]] / 2**20
-            r["ratio"] = r["peak_mb"] / r["estimate_mb"]
+        rows = [compared(r, estimated(r)) for r in rows]
     else:
         torch.set_num_threads(1)
         measured = {bench_report.estimate_key(r) for r in rows}

@@ -271,24 +271,26 @@ def write_estimate(rows: list[dict], stem: Path, command: str, seconds: float,
                          for k in ESTIMATE_COLUMNS})
     files.atomic_write_text(stem.with_suffix(".csv"), out.getvalue())
     batches = sorted({r["batch_size"] for r in rows})
-    ran = [r for r in rows if r["status"] != "diverged"]
+    diverged = sum(r["status"] == "diverged" for r in rows)
     low, high = ESTIMATE_BAND
-    inside = sum(low <= r["ratio"] <= high for r in ran)
+    inside = sum(low <= r["ratio"] <= high for r in rows)
     lines = [
         "# kernelzoo memory estimate", "",
         f"- machine: {store.cpu_model()}, {len(os.sched_getaffinity(0))} cores; torch "
         f"{torch.__version__}, 1 thread, device cpu",
-        f"- command: `{command}`" + (" (estimates recomputed: --rebuild)" if rebuilt else
+        f"- command: `{command}`" + (f", then `{command} --rebuild` (the estimates of its rows "
+                                     "recomputed)" if rebuilt else
                                      f" (its last invocation: {seconds:.0f} s)"),
         f"- {plural(len(rows), 'point')} at n_keys {rows[0]['n_keys'] if rows else '-'} (a pack: "
         "its largest run's, and its others' beside the map's name), each "
         "trained 4 steps with an evaluation and a checkpoint every 2 and the final diagnostics; "
         "peak: the most MB its tensors held at once (torch.profiler's CPU allocator events); "
-        "estimate: `footprint.footprint`, at the phase it finds largest",
-        f"- peak / estimate from {min(r['ratio'] for r in ran):.3f} to "
-        f"{max(r['ratio'] for r in ran):.3f}; within [{low}, {high}] (the estimate covers the "
-        f"peak, at most 25% above it): {inside} of {plural(len(ran), 'run')}" if ran else
-        "- no run", "",
+        "estimate: `footprint.footprint`, at the phase it finds largest, or at its training step "
+        f"where the run diverged (its first evaluation stops it; {diverged} here, marked)",
+        f"- peak / estimate from {min(r['ratio'] for r in rows):.3f} to "
+        f"{max(r['ratio'] for r in rows):.3f}; within [{low}, {high}] (the estimate covers the "
+        f"peak, at most 25% above it): {inside} of {plural(len(rows), 'point')}" if rows else
+        "- no point", "",
         "| feature_map | update_rule | " + " | ".join(f"B = {b}: peak / estimate (MB)"
                                                      for b in batches) + " |",
         "|---|---|" + "---|" * len(batches),

@@ -247,7 +247,8 @@ def footprint(phi, mem, tr, runs: list[tuple[int, int, int]], device_type: str =
                 state, system = N * S * D * b, N * n * C * (S + D) * b
                 pads = N * n * C * (S + D + 1) * b if n * C > L else 0
                 solve = base + k + pads + 3 * N * n * C * C * b + 2 * system
-                kept = base + pads + N * n * C * C * b + system + (n + 1) * state + n * N * C * S * b
+                kept = (base + pads + N * n * C * C * b + system + (n + 1) * state
+                        + n * N * C * S * b)
                 read, back = [solve, kept + k + 2 * state], [kept + 2 * state + system]
         else:  # the fwm rule: fwm.state, or the literal loop for a small state
             state = N * S * D * b
