@@ -6,7 +6,8 @@
 Reads every ``<results_dir>/<experiment>/runs/*/summary.json`` (never the trainer or the model) and,
 for a failure-point search, ``search.json`` (why each probe was trained), saves them as
 ``runs.parquet`` and writes ``capacity.csv``, ``scaling.csv`` (``scaling.py``: each family's failure
-points against d_dot, n* = a d_dot^b with t intervals), the figures (``plots.py``,
+points against d_dot, n* = a d_dot^b with t intervals), ``factorial.csv`` where configurations form
+a 2^k design (``factorial.py``: each change's effect with its interval), the figures (``plots.py``,
 ``heatmaps.py``; PNG and SVG) and ``report.md`` (``report.py``) beside it, each atomically.
 Configurations that are one of the authors' Figure 2 configurations (``published.py``) also get the
 failure point of the authors' published losses by the same rule (``published_capacity``,
@@ -37,7 +38,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import config
 from kernelzoo.hydra_adapter import args_parser
-from kernelzoo.analysis import plots, prediction, published, rank_bound, scaling, settings, stalls
+from kernelzoo.analysis import (factorial, plots, prediction, published, rank_bound, scaling,
+                                settings, stalls)
 from kernelzoo.records import tracking
 from kernelzoo.analysis.capacity import RULE, by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
@@ -205,6 +207,9 @@ def analyze(cfg: DictConfig) -> None:
     atomic_write_text(exp_dir / "capacity.csv", capacity.to_csv(index=False))
     families = scaling.families(runs, seeds)
     atomic_write_text(exp_dir / "scaling.csv", scaling.table(families).to_csv(index=False))
+    effects = factorial.table(capacity, seeds)
+    if not effects.empty:
+        atomic_write_text(exp_dir / "factorial.csv", effects.to_csv(index=False))
     search = is_search(runs)  # sparse probes: no grid to fill
     curves = curve_table(runs, seeds, capacity, exp_dir, damaged)
     figures, omitted = plots.all_figures(runs, seeds, capacity, points, curves, families, exp_dir,
@@ -213,7 +218,7 @@ def analyze(cfg: DictConfig) -> None:
                                    families, missing, damaged,
                                    None if search else grid_holes(runs), figures, omitted,
                                    cfg.threshold, cfg.accuracy_threshold, rule=RULE,
-                                   set_aside=set_aside)
+                                   set_aside=set_aside, effects=effects)
     for line in damaged:
         print(f"warning: skipped damaged file: {line}", file=sys.stderr)
     print(f"analysed {plural(len(runs), 'run')} of {cfg.experiment} -> {report}")

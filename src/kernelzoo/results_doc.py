@@ -106,6 +106,25 @@ def section(experiment: str, root: Path) -> list[str]:
                   for _, group in laws.groupby(["family", "view"], sort=False)
                   if group["d_dot"].nunique() >= 2]
         lines.append("")
+    if (store / "factorial.csv").exists():
+        lines += factorial_lines(pd.read_csv(store / "factorial.csv"))
+    return lines
+
+
+def factorial_lines(effects: pd.DataFrame) -> list[str]:
+    """Per 2^k design of a store (``factorial.csv``), each view's main effects and two-factor
+    interactions: the ratio on the failure point with its 95% interval."""
+    lines = []
+    for title, rows in effects.groupby("design", sort=False):
+        lines += [f"Factorial {title} ({rows['factors'].iloc[0]}; {rows['seeds'].iloc[0]} "
+                  "seeds): each change's ratio on the failure point, 95% interval "
+                  "(`analysis/factorial.py`):", ""]
+        for view, of_view in rows[rows["order"] <= 2].groupby("view", sort=False):
+            lines.append(f"- {VIEW_WORDS[view]}: " + "; ".join(
+                f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
+                + (f" ({r.bounds} bounds)" if r.bounds else "") for r in of_view.itertuples())
+                + ".")
+        lines.append("")
     return lines
 
 
@@ -134,7 +153,7 @@ def document(root: Path = ROOT) -> str:
 
 def analysis_document() -> str:
     """docs/analysis.md: every rule of the analysis, quoted from the module that applies it."""
-    from kernelzoo.analysis import capacity, intervals, rank_bound, report, stalls
+    from kernelzoo.analysis import capacity, factorial, intervals, rank_bound, report, stalls
     from kernelzoo.core import diagnostics
     from kernelzoo.analysis.report import CAPTIONS, HEADLINE_WHY, PUBLISHED_NOTE, REFERENCE_NOTE
 
@@ -148,6 +167,7 @@ def analysis_document() -> str:
         ("Intervals", intervals, intervals.RULE),
         ("Does capacity follow d_dot?", scaling, scaling.RULE),
         ("Stalls and their checks", stalls, stalls.RULE),
+        ("Factorial effects", factorial, factorial.RULE),
         ("Predicting the failure point", prediction, prediction.__doc__.split("\n\n")[1]),
         ("Diagnostics", diagnostics, diagnostics.__doc__.split("\n\n", 1)[1]),
         ("The reference and published columns", report, REFERENCE_NOTE + "\n\n" + PUBLISHED_NOTE),

@@ -22,7 +22,7 @@ import pandas as pd
 
 from scipy import stats
 
-from kernelzoo.analysis import learning_rate, scaling, update_rules
+from kernelzoo.analysis import factorial, learning_rate, scaling, update_rules
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
@@ -308,12 +308,13 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                  capacity: pd.DataFrame, checked: pd.DataFrame, families: list[scaling.Family],
                  missing: list[str], damaged: list[str], holes: list[str], figures: list[Path],
                  omitted: list[str], threshold: float, accuracy_threshold: float,
-                 rule: str, set_aside: list[str] = ()) -> tuple[Path, list[str]]:
+                 rule: str, set_aside: list[str] = (),
+                 effects: pd.DataFrame = pd.DataFrame()) -> tuple[Path, list[str]]:
     """``report.md``: what ran where, the rule, the table, the stalls, the probes, what is
     missing; with every damaged file listed (``damaged``, an unreadable sweep.json and
     diagnostics.json: returned too) and the runs left out or configurations split
     (``set_aside``: ``analyze.sort_out``). ``checked``: the stall checks (``stalls.check_outcomes``);
-    ``families``: ``scaling.families``."""
+    ``families``: ``scaling.families``; ``effects``: ``factorial.table``."""
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
     steps = int(runs["steps"].fillna(0).sum())
@@ -378,6 +379,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
               *scaling.section(families), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),
               *stall_section(runs, capacity, checked)]
+    lines += factorial.section(effects)
     if runs["probe_round"].notna().any():
         lines += probe_tables(runs, capacity, threshold)
     lines += ["## What is missing or was set aside", ""]

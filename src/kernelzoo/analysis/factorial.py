@@ -1,0 +1,229 @@
+"""Factorial effects: what each change of a map's settings does to its failure point, alone and
+in combination (the ``favor_diagnosis`` design). Pure: it reads no file.
+
+Design (``designs``)
+--------------------
+Configurations of one map that share d_key, d_dot, update rule and lr form a 2^k factorial when
+k >= 2 of their parameters take two levels each and every combination of those levels ran. A
+parameter with more levels contributes its two most common (a third level, such as a redraw
+every n steps, stays a configuration of its own); a parameter whose levels follow another's
+(FAVOR+'s ``eval_redraw``, set only with ``redraw=every_call``) is the same factor and is left
+out. A factor's "low" level is the first in natural order, its effect the change to the second.
+
+Effects (``effects``)
+---------------------
+Per view, y = ln n* of each seed (its failure point in that view). With cell means m_c over the
+2^k cells, a main effect is E_A = mean(m_c: A high) - mean(m_c: A low); an interaction, e.g.
+E_AB, the same contrast on the product of the ±1 codes (half the change of A's effect when B
+goes high). Each effect is reported as a ratio exp(E): the factor by which the change multiplies
+the failure point. Its 95% interval is the t interval exp(E ± t s sqrt(sum c^2 / n_c)), with s
+the pooled within-cell standard deviation of y and N - 2^k degrees of freedom (N seeds in all);
+``coverage`` checks it by simulation with known truth, including unequal spreads between cells
+and stall-like outliers. A seed whose value in the view is a bound (never_fails: a lower bound,
+fails_everywhere: an upper bound) enters at its bound; the effects that contain its cell are
+marked, and their intervals do not hold.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.style import natural_key
+
+LEVEL = 0.95
+GROUP_KEYS = ("feature_map", "d_key", "d_dot", "update_rule", "lr")
+BOUNDS = ("never_fails", "fails_everywhere")
+RULE = __doc__.partition("---\n")[2].strip()
+
+
+@dataclass(frozen=True)
+class Design:
+    """A 2^k factorial: its ``factors`` (name, (low, high)) and per cell (a tuple of 0/1 per
+    factor) the configuration's label."""
+
+    title: str
+    factors: tuple[tuple[str, tuple[str, str]], ...]
+    cells: dict[tuple[int, ...], str]
+
+
+def parse_params(params: str) -> dict[str, str]:
+    """``capacity.params`` ("k=v,k=v") as a dict."""
+    return dict(item.split("=", 1) for item in params.split(",") if "=" in item) \
+        if isinstance(params, str) else {}
+
+
+def _group_design(title: str, configs: pd.DataFrame) -> Design | None:
+    params = [parse_params(p) for p in configs["params"]]
+    keys = sorted({k for p in params for k in p})
+    levels = {k: Counter(p.get(k, "-") for p in params) for k in keys}
+    chosen = {k: tuple(sorted((v for v, _ in c.most_common(2)), key=natural_key))
+              for k, c in levels.items() if len(c) >= 2}
+    rows = [i for i, p in enumerate(params)
+            if all(p.get(k, "-") in two for k, two in chosen.items())]
+    factors, patterns = [], set()
+    for k in sorted(chosen, key=lambda k: (any(k not in params[i] for i in rows), k)):
+        pattern = tuple(params[i].get(k, "-") == chosen[k][1] for i in rows)
+        if pattern in patterns or tuple(not x for x in pattern) in patterns:
+            continue  # the same split of the configurations as a factor already kept
+        patterns.add(pattern)
+        factors.append(k)
+    if len(factors) < 2:
+        return None
+    cells = {}
+    for i in rows:
+        cell = tuple(int(params[i].get(k, "-") == chosen[k][1]) for k in factors)
+        if cell in cells:
+            return None  # two configurations in one cell: the parameters left out differ
+        cells[cell] = configs["label"].iloc[i]
+    if len(cells) != 2 ** len(factors):
+        return None
+    return Design(title, tuple((k, chosen[k]) for k in factors), cells)
+
+
+def designs(capacity: pd.DataFrame) -> list[Design]:
+    """The 2^k factorials among ``capacity``'s configurations (module docstring)."""
+    found = []
+    for key, group in capacity.groupby(list(GROUP_KEYS), dropna=False, sort=True):
+        if len(group) < 4:
+            continue
+        fmap, d_key, d_dot = key[0], key[1], key[2]
+        title = f"{fmap} d_key={d_key}" + ("" if pd.isna(d_dot) else f" d_dot={int(d_dot)}")
+        design = _group_design(title, group.reset_index(drop=True))
+        if design is not None:
+            found.append(design)
+    return found
+
+
+def contrast_names(k: int) -> list[tuple[int, ...]]:
+    """Every non-empty subset of the k factors, main effects first."""
+    return [s for r in range(1, k + 1) for s in itertools.combinations(range(k), r)]
+
+
+@functools.cache
+def _t(level: float, dof: int) -> float:
+    return float(stats.t.ppf(0.5 + level / 2, dof))
+
+
+def estimate(cells: list[tuple[int, ...]], y: list[np.ndarray], level: float = LEVEL):
+    """(effect, low, high) per contrast of ``contrast_names`` on the log scale, from the values
+    ``y[i]`` of cell ``cells[i]``; NaN intervals without residual degrees of freedom."""
+    k = len(cells[0])
+    means = np.array([v.mean() for v in y])
+    n = np.array([len(v) for v in y], float)
+    dof = int(n.sum() - len(cells))
+    s = math.sqrt(sum(((v - v.mean()) ** 2).sum() for v in y) / dof) if dof > 0 else math.nan
+    t = _t(level, dof) if dof > 0 else math.nan
+    out = []
+    for subset in contrast_names(k):
+        c = np.array([np.prod([2 * cell[j] - 1 for j in subset]) for cell in cells], float)
+        c /= 2 ** (k - 1)
+        e = float(c @ means)
+        half = t * s * math.sqrt(float((c ** 2 / n).sum()))
+        out.append((e, e - half, e + half))
+    return out
+
+
+def effects(design: Design, seeds: pd.DataFrame) -> pd.DataFrame:
+    """One row per view and effect of ``design``: the effect's name, ratio (exp of the log
+    effect), interval, the seeds in all, and how many of its values are bounds."""
+    rows = []
+    names = [name for name, _ in design.factors]
+    cells = list(design.cells)
+    for view in VIEWS:
+        s = SUFFIX[view]
+        y, bounds = [], 0
+        for cell in cells:
+            mine = seeds[(seeds["label"] == design.cells[cell]) & seeds[f"value{s}"].notna()]
+            values = mine[f"value{s}"].to_numpy(float)
+            y.append(np.log(np.maximum(values, 1e-9)))
+            bounds += int(mine[f"outcome{s}"].isin(BOUNDS).sum())
+        if min(len(v) for v in y) < 1:
+            continue
+        for subset, (e, low, high) in zip(contrast_names(len(names)), estimate(cells, y)):
+            rows.append({"design": design.title, "view": view,
+                         "effect": " x ".join(names[j] for j in subset), "order": len(subset),
+                         "ratio": math.exp(e), "ci_low": math.exp(low), "ci_high": math.exp(high),
+                         "seeds": sum(len(v) for v in y), "bounds": bounds})
+    return pd.DataFrame(rows)
+
+
+def table(capacity: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
+    """``effects`` of every design of ``capacity`` in one table (``factorial.csv``), each row
+    with its design's factors as "name low -> high; ..."; empty without a design."""
+    frames = [effects(d, seeds).assign(factors="; ".join(f"{name} {low} -> {high}"
+                                                         for name, (low, high) in d.factors))
+              for d in designs(capacity)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def section(found: pd.DataFrame) -> list[str]:
+    """The report's "Factorial" section from ``table``'s rows; [] without a design."""
+    if found.empty:
+        return []
+    lines = ["## Factorial", "", RULE.replace("\n", " "), ""]
+    for title, rows in found.groupby("design", sort=False):
+        lines += [f"### {title}", "", f"Factors (low -> high): {rows['factors'].iloc[0]}; "
+                  f"{rows['seeds'].iloc[0]} seeds in all.", "",
+                  "| effect | " + " | ".join(VIEW_WORDS[v] for v in VIEWS) + " |",
+                  "|---|" + "---|" * len(VIEWS)]
+        for effect, of_effect in rows.groupby("effect", sort=False):
+            cells = []
+            for view in VIEWS:
+                r = of_effect[of_effect["view"] == view]
+                if r.empty:
+                    cells.append("-")
+                    continue
+                r = r.iloc[0]
+                mark = f" ({r.bounds} bounds)" if r.bounds else ""
+                cells.append(f"x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]{mark}")
+            lines.append(f"| {effect} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def simulate(rng, k: int = 3, seeds: int = 3, effects_log=(0.5, 0.3, 0.0), interaction=0.2,
+             within: float = 0.1, spread_ratio: float = 1.0, outlier_rate: float = 0.0,
+             outlier_factor: float = 0.5):
+    """A factorial with known truth: ln n* = 4 + sum_j beta_j x_j + gamma x_0 x_1 (x = ±1/2
+    coded as 0/1 - 1/2, so each main effect is beta_j and the first interaction gamma / 2),
+    per-seed normal noise whose sd grows from ``within`` to ``spread_ratio`` x ``within``
+    across the cells, and stall-like outliers (probability ``outlier_rate``: the value times
+    ``outlier_factor``). Returns (cells, y)."""
+    cells = list(itertools.product((0, 1), repeat=k))
+    y = []
+    for i, cell in enumerate(cells):
+        x = np.array(cell, float) - 0.5
+        mu = 4 + float(np.dot(effects_log[:k], x)) + interaction * x[0] * x[1]
+        sd = within * spread_ratio ** (i / max(len(cells) - 1, 1))
+        v = mu + rng.normal(0, sd, seeds)
+        v += np.where(rng.random(seeds) < outlier_rate, math.log(outlier_factor), 0.0)
+        y.append(v)
+    return cells, y
+
+
+def coverage(studies: int = 2000, seed: int = 0, **truth) -> dict[str, float]:
+    """Share of simulated factorials (``simulate``) whose intervals cover the true effects: the
+    first main effect, the null main effect (the third), and the first interaction. Outliers
+    shift every cell's expected value alike, so the true effects are unchanged."""
+    rng = np.random.default_rng(seed)
+    k = truth.get("k", 3)
+    beta, gamma = truth.get("effects_log", (0.5, 0.3, 0.0)), truth.get("interaction", 0.2)
+    want = {(0,): beta[0], (k - 1,): beta[k - 1], (0, 1): gamma / 2}
+    names = contrast_names(k)
+    hits = Counter()
+    for _ in range(studies):
+        cells, y = simulate(rng, **truth)
+        got = dict(zip(names, estimate(cells, y)))
+        for key, value in want.items():
+            hits[key] += got[key][1] <= value <= got[key][2]
+    return {"main": hits[(0,)] / studies, "null_main": hits[(k - 1,)] / studies,
+            "interaction": hits[(0, 1)] / studies}

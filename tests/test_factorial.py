@@ -1,0 +1,132 @@
+"""Factorial effects (analysis/factorial.py): the design found among configurations, the
+effects' values on constructed seed tables, and the intervals' coverage by simulation with
+known truth (unequal spreads between cells, stall-like outliers)."""
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kernelzoo.analysis import factorial
+
+
+def favor_params(redraw: str, scale: str, stabilize: str, m: int = 64) -> str:
+    extra = {"eval_redraw": "per_chunk"} if redraw == "every_call" else {}
+    items = {"input_scale": scale, "m": str(m), "redraw": redraw, "stabilize": stabilize,
+             "variant": "hyperbolic", **extra}
+    return ",".join(f"{k}={v}" for k, v in sorted(items.items()))
+
+
+def capacity_of(rows):
+    return pd.DataFrame([{"feature_map": "favor", "d_key": 64, "d_dot": 2 * m,
+                          "update_rule": "sum", "lr": "0.001", "params": p, "label": label}
+                         for label, p, m in rows])
+
+
+CELLS = list(itertools.product(("every_call", "never"), ("1", "performer"), ("false", "true")))
+
+
+def test_design_found_with_aliased_and_third_levels():
+    rows = [(f"cell {i}", favor_params(*c), 64) for i, c in enumerate(CELLS)]
+    rows += [("every 1000", favor_params("every_n_steps", "1", "false"), 64),
+             ("m16", favor_params("never", "performer", "true", 16), 16)]
+    found = factorial.designs(capacity_of(rows))
+    assert len(found) == 1
+    design = found[0]
+    assert design.title == "favor d_key=64 d_dot=128"
+    # eval_redraw follows redraw: one factor; every_n_steps is a third level, left out
+    assert design.factors == (("input_scale", ("1", "performer")),
+                              ("redraw", ("every_call", "never")),
+                              ("stabilize", ("false", "true")))
+    assert len(design.cells) == 8 and "every 1000" not in design.cells.values()
+    assert design.cells[(0, 0, 0)] == "cell 0" and design.cells[(1, 1, 1)] == "cell 7"
+
+
+def test_incomplete_design_is_none():
+    rows = [(f"cell {i}", favor_params(*c), 64) for i, c in enumerate(CELLS[:7])]
+    assert factorial.designs(capacity_of(rows)) == []
+    assert factorial.table(capacity_of(rows), pd.DataFrame()).empty
+    assert factorial.section(pd.DataFrame()) == []
+
+
+def seeds_for(design, value_of, outcome="fails_at"):
+    rows = []
+    for cell, label in design.cells.items():
+        for seed, noise in zip((1, 2, 3), (0.9, 1.0, 1.1)):
+            v = value_of(cell) * noise
+            rows.append({"label": label, "seed": seed, "value": v, "outcome": outcome,
+                         "value_acc": v, "outcome_acc": outcome, "value_keys": v,
+                         "outcome_keys": outcome})
+    return pd.DataFrame(rows)
+
+
+def test_effects_recover_constructed_ratios():
+    rows = [(f"cell {i}", favor_params(*c), 64) for i, c in enumerate(CELLS)]
+    design = factorial.designs(capacity_of(rows))[0]
+    # factors (input_scale, redraw, stabilize): redraw fixed x4, input scaled x1.5, no
+    # stabilisation effect, and scaling helps twice as much (log) with a fixed projection
+    table = factorial.effects(design, seeds_for(design, lambda c: 20 * 4 ** c[1] * 1.5 ** c[0]
+                                               * 1.5 ** (c[0] * c[1])))
+    loss = table[table["view"] == "loss"].set_index("effect")
+    assert list(loss.index[:3]) == ["input_scale", "redraw", "stabilize"]
+    assert loss.loc["redraw", "ratio"] == pytest.approx(4 * 1.5 ** 0.5)
+    assert loss.loc["input_scale", "ratio"] == pytest.approx(1.5 * 1.5 ** 0.5)
+    assert loss.loc["stabilize", "ratio"] == pytest.approx(1.0)
+    assert loss.loc["input_scale x redraw", "ratio"] == pytest.approx(1.5 ** 0.5)
+    assert loss.loc["input_scale x redraw x stabilize", "ratio"] == pytest.approx(1.0)
+    # the same noise in every cell: every interval has width, centred on the ratio in logs
+    r = loss.loc["redraw"]
+    assert r.ci_low < r.ratio < r.ci_high
+    assert math.log(r.ratio / r.ci_low) == pytest.approx(math.log(r.ci_high / r.ratio))
+    assert (table["seeds"] == 24).all() and (table["bounds"] == 0).all()
+    assert len(table) == 3 * 7
+
+
+def test_bounds_are_marked_in_the_section():
+    rows = [(f"cell {i}", favor_params(*c), 64) for i, c in enumerate(CELLS)]
+    capacity = capacity_of(rows)
+    design = factorial.designs(capacity)[0]
+    seeds = seeds_for(design, lambda c: 10.0 + 50 * c[1])
+    every = seeds["label"].isin([design.cells[c] for c in design.cells if c[1] == 0])
+    seeds.loc[every, "outcome"] = "fails_everywhere"
+    lines = factorial.section(factorial.table(capacity, seeds))
+    assert lines[0] == "## Factorial"
+    row = next(line for line in lines if line.startswith("| redraw |"))
+    assert "(12 bounds)" in row.split("|")[2] and "bounds" not in row.split("|")[3]
+
+
+@pytest.mark.parametrize("truth", [{}, {"spread_ratio": 3.0}, {"outlier_rate": 0.1},
+                                   {"outlier_rate": 0.1, "spread_ratio": 3.0}])
+def test_coverage_near_nominal(truth):
+    got = factorial.coverage(600, seed=11, **truth)
+    for key, share in got.items():
+        assert 0.92 <= share <= 0.98, (key, got)
+
+
+def test_analyze_writes_factorial_csv_and_section(tmp_path):
+    """A 2x2 store (favor m=16: redraw x stabilize, 2 seeds): analyze writes factorial.csv, the
+    report its section, and docs' lines read the csv."""
+    from synthetic import analyze_store, write_series
+
+    from kernelzoo import results_doc
+
+    grid = [8, 16, 24, 32, 40, 48]
+    for redraw, stabilize, last in (("every_call", False, 8), ("every_call", True, 8),
+                                    ("never", False, 24), ("never", True, 32)):
+        for seed in (1, 2):
+            write_series(tmp_path / "fd", {n: 1e-4 if n <= last + 8 * (seed - 1) else 0.3
+                                           for n in grid}, seed=seed, feature_map="favor",
+                         params={"m": 16, "redraw": redraw, "stabilize": stabilize}, d_dot=32)
+    exp = analyze_store(tmp_path, "fd")
+    table = pd.read_csv(exp / "factorial.csv")
+    assert set(table["effect"]) == {"redraw", "stabilize", "redraw x stabilize"}
+    assert set(table["view"]) == {"loss", "accuracy", "keys_retrieved"}
+    assert table["factors"].iloc[0] == "redraw every_call -> never; stabilize false -> true"
+    redraw = table[(table["effect"] == "redraw") & (table["view"] == "loss")].iloc[0]
+    assert redraw.ratio > 2 and redraw.ci_low <= redraw.ratio <= redraw.ci_high
+    assert "## Factorial" in (exp / "report.md").read_text()
+    lines = results_doc.factorial_lines(table)
+    assert lines[0].startswith("Factorial favor d_key=64 d_dot=32 (redraw every_call -> never")
+    assert any(line.startswith("- loss: redraw x") for line in lines)
