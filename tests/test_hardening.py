@@ -240,6 +240,35 @@ def test_a_configuration_trained_under_two_settings_gets_a_failure_point_each(tm
     assert len(table) == 2 and len(lines) == 1
 
 
+def test_settings_varied_at_different_n_keys_are_split_too(tmp_path):
+    """An experiment that varies trainer.patience and trainer.max_steps (lr_patience) searches
+    each setting's failure point at its own n_keys: no point is trained twice, and each setting
+    is still one configuration. A run whose config.yaml lacks a setting splits nothing."""
+    from synthetic import write_series
+
+    from kernelzoo.analysis.capacity import capacity_table, seed_table
+    from kernelzoo.analyze import load_runs, sort_out
+
+    exp = tmp_path / "patience"
+    for patience, steps, grid, fails in ((10, 100000, (10, 20, 30, 40), 30),
+                                         (30, 200000, (15, 25, 35, 45), 45)):
+        write_series(exp, {n: 1e-4 if n < fails else 0.5 for n in grid},
+                     config=f"trainer:\n  patience: {patience}\n  max_steps: {steps}\n")
+    runs, lines = sort_out(load_runs(exp)[0], "patience")
+    table = capacity_table(runs, seed_table(runs, 0.01, 0.99))
+    assert dict(zip(table["label"], table["first_failure"])) == {
+        "ELU+1 trainer.max_steps=100000 trainer.patience=10": 30,
+        "ELU+1 trainer.max_steps=200000 trainer.patience=30": 45}
+    assert lines == ["ELU+1: trained under 2 settings of trainer.max_steps, trainer.patience; "
+                     "analysed as one configuration each: ELU+1 trainer.max_steps=100000 "
+                     "trainer.patience=10; ELU+1 trainer.max_steps=200000 trainer.patience=30"]
+    older = tmp_path / "older"
+    write_series(older, {10: 1e-4, 20: 1e-4}, config="trainer:\n  patience: 10\n")
+    write_series(older, {30: 0.5, 40: 0.5})  # no trainer section in its config.yaml
+    runs, lines = sort_out(load_runs(older)[0], "older")
+    assert set(runs["label"]) == {"ELU+1"} and lines == []
+
+
 @pytest.mark.slow  # a whole analysis, figures included: ~5-13 s
 def test_a_configuration_trained_under_two_settings_is_split_in_the_report(tmp_path):
     import pandas as pd

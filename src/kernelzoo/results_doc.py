@@ -9,7 +9,9 @@ runs.parquet, sweep.json); never the trainer.
 Every study gets a section: what it runs (its experiment file's header), what it cost (runs,
 training steps, run and sweep wall time, machine), its capacity table in the three views
 (``capacity.py``), the published and d_dot comparisons where they apply, the d_dot law per
-view (``scaling.py``) and how far the views' rankings agree. The last section pools the
+view (``scaling.py``), how far the views' rankings agree and, for a study run at several
+learning rates, the learning-rate test's verdicts (``learning_rate.py``, on the seeds' failure
+points of runs.parquet at the analysis' default thresholds). The last section pools the
 prediction scores (``prediction.py``) over every store. README holds a short summary between
 the markers ``<!-- results:start -->`` and ``<!-- results:end -->``. ``docs/analysis.md`` quotes
 every rule from the docstring of the module that applies it.
@@ -23,8 +25,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from kernelzoo.analysis import prediction, scaling
-from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
+from kernelzoo.analysis import learning_rate, prediction, scaling
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
+from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
 from kernelzoo.analysis.report import observed, published, view_rhos
 from kernelzoo.analysis.style import bound, cell
@@ -40,7 +43,7 @@ def _header(experiment: str, root: Path) -> str:
     path = root / "experiments" / f"{experiment}.yaml"
     lines = [line[2:] for line in path.read_text().splitlines()[1:]
              if line.startswith("# ")] if path.exists() else []
-    text = (" ".join(lines).partition(": ")[2] if lines else "").strip()
+    text = " ".join((" ".join(lines).partition(": ")[2] if lines else "").split())
     return text[:1].upper() + text[1:]
 
 
@@ -83,6 +86,40 @@ def agreement(table: pd.DataFrame) -> str:
             + "; ".join(parts) + ".") if parts else ""
 
 
+def learning_rates(store: Path, table: pd.DataFrame) -> list[str]:
+    """The learning-rate test's verdict per configuration and view ([] without configurations
+    at several learning rates): ``learning_rate.table`` on the store's runs."""
+    if "lr" not in table or table["lr"].nunique() < 2:
+        return []
+    runs = pd.read_parquet(store / "runs.parquet")
+    if "stall_check_of" in runs:
+        runs = runs[runs["stall_check_of"].isna()]
+    defaults = AnalyzeConfig()
+    found = learning_rate.table(seed_table(runs, defaults.threshold, defaults.accuracy_threshold),
+                                table)
+    if found.empty:
+        return []
+    lines = ["Does the failure point move with the learning rate? The test of the report's "
+             "\"Learning rate\" section (`docs/analysis.md`): \"moves\" when some lr raises it "
+             "above lr 1e-3's, \"does not move\" when none raises it by the margin, 0.1 d_dot "
+             "keys, and undecided otherwise; seed values that are bounds (never_fails, "
+             "fails_everywhere) are tested as values.", "",
+             "| configuration | margin (keys) | " + " | ".join(f"{VIEW_WORDS[v]} view"
+                                                         for v in VIEWS) + " |",
+             "|---|---|" + "---|" * len(VIEWS)]
+    for label, rows in found.groupby("label", sort=False):
+        rows = rows.set_index("view")
+        cells = []
+        for v in VIEWS:
+            r = rows.loc[v]
+            words = r["verdict"] + (f" (needs a margin above {cell(r['decided_at'])})"
+                                    if r["verdict"] == "undecided" else "")
+            bounds = sum(r["bounds"].values())
+            cells.append(words + (f"; {bounds} of {r['values']} bounds" if bounds else ""))
+        lines.append(f"| {label} | {cell(rows['margin'].iloc[0])} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def section(experiment: str, root: Path) -> list[str]:
     """One study's section ([] when the store is not analysed)."""
     store = root / "results" / "reference" / experiment
@@ -99,6 +136,7 @@ def section(experiment: str, root: Path) -> list[str]:
                               for r in theirs.itertuples()) + ".", ""]
     rho = agreement(table)
     lines += [rho, ""] if rho else []
+    lines += learning_rates(store, table)
     laws = pd.read_csv(store / "scaling.csv") if (store / "scaling.csv").exists() else None
     if laws is not None and not laws.empty and laws["d_dot"].groupby(laws["family"]).nunique().max() >= 2:
         lines += ["The d_dot law per view:", ""]
@@ -166,6 +204,7 @@ def analysis_document() -> str:
         ("The rank bound", rank_bound, rank_bound.DERIVATION),
         ("Intervals", intervals, intervals.RULE),
         ("Does capacity follow d_dot?", scaling, scaling.RULE),
+        ("Does the failure point move with the learning rate?", learning_rate, learning_rate.RULE),
         ("Stalls and their checks", stalls, stalls.RULE),
         ("Factorial effects", factorial, factorial.RULE),
         ("Predicting the failure point", prediction, prediction.__doc__.split("\n\n")[1]),

@@ -1,57 +1,236 @@
-"""Is a failure point a capacity limit or an optimisation limit? (experiment ``lr_robustness``)
+"""Does a failure point move with the learning rate? (experiment ``lr_robustness``) Pure: it
+reads no file.
 
-For every configuration run at several learning rates (the analysis' configurations differ in
-``lr``, read from each run's config.yaml), the failure point at the published lr (1e-3) is set
-beside the best over the learning rates tried (the largest observed failure point). Capacity
-*moves with the learning rate* when the best's interval lies wholly above the published lr's
-(its ci_low above that one's ci_high); otherwise the failure points agree within their
-intervals and the limit is the state's, not the optimiser's at lr 1e-3.
+The learning-rate test
+----------------------
+A configuration less its lr that ran at two learning rates or more, the published 1e-3 among
+them, is tested in each view (loss, accuracy, keys retrieved) on its seeds' failure points
+(``capacity.seed_table``). For each other lr, d is the difference of the mean failure points
+over seeds (that lr minus 1e-3), with Welch's t interval (unequal variances, Welch-Satterthwaite
+degrees of freedom; 2 seeds or more at both learning rates, else no interval). With m other
+learning rates and a margin delta = 0.1 x d_dot keys (0.1 x the median failure point at 1e-3
+for a map without d_dot), the verdict is:
+- "moves" when some lr raises the failure point: the lower end of its one-sided (1 - 0.05/m)
+  interval (Bonferroni over the m learning rates) is above 0. The limit at 1e-3 is then the
+  optimiser's. This is checked first: a rise shown above 0 is "moves" even when below delta.
+- "does not move" when no lr raises it by delta or more: every other lr's one-sided 95% upper
+  bound of d is below +delta (an intersection-union test: a 5% level with no multiplicity
+  adjustment). A lower failure point at another lr does not count against capacity: a worse lr
+  may fail earlier; the question is whether any lr retrieves more.
+- "undecided" otherwise; the smallest margin that would have said "does not move" is the
+  largest upper bound, in keys, a measure of the test's power on these seeds.
+A seed whose value in a view is a bound (outcome never_fails: a lower bound; fails_everywhere:
+an upper bound) enters the test as that value; each row counts such seeds. A lower bound at
+another lr can hide a rise: a "does not move" that rests on such seeds holds for the bounds, not
+for the failure points. Seeds without data are left out. When neither learning rate's seeds spread, the interval is d itself. The
+interval's coverage, the rate of a false "does not move" and the power are checked by
+simulation with known truth (``coverage``).
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
+from scipy import stats
 
-from kernelzoo.analysis.capacity import CONFIG_KEYS
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.published import PUBLISHED_LR
+from kernelzoo.analysis.style import cell, natural_key
+from kernelzoo.words import plural
+
+MARGIN = 0.1  # delta = MARGIN x d_dot keys
+ALPHA = 0.05
+VERDICTS = ("moves", "does not move", "undecided")
+BOUND_WORDS = {"never_fails": "lower bounds", "fails_everywhere": "upper bounds"}
+BOUNDS = tuple(BOUND_WORDS)
+RULE = __doc__.partition("---\n")[2].strip()
 
 
-def table(capacity: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration (less its lr) with fails_at at >= 2 learning rates, the
-    published lr among them: label, the published lr's and the best lr's failure point and
-    interval, and ``moves``."""
-    fails = capacity[capacity["outcome"] == "fails_at"]
+def _spread(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(count, mean, variance of the mean) over the last axis, NaNs left out; NaN below 2."""
+    ok = np.isfinite(x)
+    n = ok.sum(-1)
+    total = np.where(ok, x, 0.0).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / n
+        ss = np.where(ok, (x - mean[..., None]) ** 2, 0.0).sum(-1)
+        return n, mean, np.where(n >= 2, ss / (n - 1) / n, np.nan)
+
+
+def welch(base, other, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, lower, upper): the difference of means mean(other) - mean(base) over the last axis
+    (NaNs left out) and its one-sided ``level`` lower and upper bounds by Welch's t. NaN bounds
+    where either side has fewer than 2 values; the bounds are d where neither side spreads."""
+    n0, m0, v0 = _spread(np.asarray(base, float))
+    n1, m1, v1 = _spread(np.asarray(other, float))
+    d, se = m1 - m0, np.sqrt(v0 + v1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dof = (v0 + v1) ** 2 / (v0 ** 2 / (n0 - 1) + v1 ** 2 / (n1 - 1))
+    spread = np.isfinite(se) & (se > 0)
+    half = np.where(spread, stats.t.ppf(level, np.where(spread, dof, 1.0)) * se,
+                    np.where(np.isfinite(se), 0.0, np.nan))
+    return d, d - half, d + half
+
+
+def decide(lower, upper, delta) -> np.ndarray:
+    """The verdict (module docstring) from each other lr's Bonferroni ``lower`` bound and 95%
+    ``upper`` bound, the learning rates along the last axis; ``delta`` a number or one per
+    leading index."""
+    lower, upper = np.asarray(lower, float), np.asarray(upper, float)
+    moves = (lower > 0).any(-1)
+    holds = (upper < np.asarray(delta, float)[..., None]).all(-1)
+    return np.where(moves, VERDICTS[0], np.where(holds, VERDICTS[1], VERDICTS[2]))
+
+
+def _lr(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _without_lr(label: str, lr) -> str:
+    """``label`` without its lr word ("lr=0.001", as ``style.format_value`` writes the lr of a
+    run, a capacity.csv read back giving the number)."""
+    return " ".join(w for w in label.split(" ") if w not in (f"lr={lr}", f"lr={_lr(lr):g}"))
+
+
+def table(seeds: pd.DataFrame, capacity: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration (less its lr) and view, for the configurations at >= 2
+    learning rates, 1e-3 among them: label, view, lrs, margin (keys), n (seeds per lr),
+    mean (at 1e-3), differences ([(lr, d, lower, upper)], lr ascending), verdict,
+    decided_at (the largest upper bound: any margin above it says "does not move"), bounds
+    ({outcome: seeds} of the seed values that are bounds) and values (seed values in all)."""
+    if "lr" not in capacity or seeds.empty:
+        return pd.DataFrame()
+    config = capacity[["label", "lr", "d_dot"]].assign(
+        rate=[_lr(v) for v in capacity["lr"]],
+        group=[_without_lr(label, lr) for label, lr in zip(capacity["label"], capacity["lr"])])
+    merged = seeds.merge(config, on="label")
     rows = []
-    for _, group in fails.groupby([k for k in CONFIG_KEYS if k != "lr"], dropna=False):
-        at = group[group["lr"] == PUBLISHED_LR]
-        if group["lr"].nunique() < 2 or at.empty:
+    for group, part in merged.groupby("group", sort=False):
+        rates = sorted(part["rate"].dropna().unique())
+        base_rate = _lr(PUBLISHED_LR)
+        if len(rates) < 2 or base_rate not in rates:
             continue
-        base, best = at.iloc[0], group.loc[group["observed_capacity"].idxmax()]
-        rows.append({"label": base["label"].replace(f" lr={PUBLISHED_LR}", ""),
-                     "published_lr": base["observed_capacity"],
-                     "published_low": base["ci_low"], "published_high": base["ci_high"],
-                     "best_lr": best["lr"], "best": best["observed_capacity"],
-                     "best_low": best["ci_low"], "best_high": best["ci_high"],
-                     "lrs": ", ".join(sorted(group["lr"], key=float)),
-                     "moves": bool(best["ci_low"] > base["ci_high"])})
-    return pd.DataFrame(rows)
+        others = [r for r in rates if r != base_rate]
+        d_dot = pd.to_numeric(part["d_dot"], errors="coerce").iloc[0]
+        for view in VIEWS:
+            rows.append(_row(group, view, part, base_rate, others, d_dot))
+    found = pd.DataFrame(rows)
+    if found.empty:
+        return found
+    order = sorted(range(len(found)), key=lambda i: (natural_key(found["label"].iloc[i]),
+                                                     VIEWS.index(found["view"].iloc[i])))
+    return found.iloc[order].reset_index(drop=True)
 
 
-def section(capacity: pd.DataFrame) -> list[str]:
+def _row(group: str, view: str, part: pd.DataFrame, base_rate: float, others: list[float],
+         d_dot) -> dict:
+    """One configuration's test in one view (``table``)."""
+    s = SUFFIX[view]
+    part = part[part[f"outcome{s}"] != "no_data"]
+    at = {r: part.loc[part["rate"] == r, f"value{s}"].to_numpy(float)
+          for r in [base_rate, *others]}
+    base = at[base_rate]
+    margin = MARGIN * (float(d_dot) if pd.notna(d_dot) else
+                       (float(np.median(base)) if len(base) else math.nan))
+    level = 1 - ALPHA / len(others)
+    differences, lower, upper = [], [], []
+    for r in others:
+        d, low, _ = welch(base, at[r], level)
+        _, _, high = welch(base, at[r], 1 - ALPHA)
+        differences.append((r, float(d), float(low), float(high)))
+        lower.append(float(low))
+        upper.append(float(high))
+    highest = float(np.max(upper))  # NaN when an lr has no interval
+    return {"label": group, "view": view,
+            "lrs": ", ".join(f"{r:g}" for r in sorted([base_rate, *others])),
+            "margin": margin, "n": [len(at[r]) for r in sorted(at)],
+            "mean": float(np.mean(base)) if len(base) else math.nan,
+            "differences": differences, "verdict": str(decide(lower, upper, margin)),
+            "decided_at": highest,
+            "bounds": {o: int((part[f"outcome{s}"] == o).sum()) for o in BOUNDS
+                       if (part[f"outcome{s}"] == o).any()}, "values": len(part)}
+
+
+def _seeds_cell(n: list[int]) -> str:
+    return f"{n[0]} each" if len(set(n)) == 1 else ", ".join(map(str, n))
+
+
+def section(seeds: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
     """The report's "Learning rate" section; [] without configurations run at several lr."""
-    if "lr" not in capacity:
-        return []
-    found = table(capacity)
+    found = table(seeds, capacity)
     if found.empty:
         return []
-    lines = ["## Learning rate", "", __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(), "",
-             "| configuration | learning rates | failure point at lr 1e-3 | best over lr | "
-             "moves with lr |", "|---|---|---|---|---|"]
+    lines = ["## Learning rate", "", RULE, "",
+             "Differences of mean failure points over seeds, lr minus 1e-3, in keys: d [one-sided "
+             "(1 - 0.05/m) lower bound, one-sided 95% upper bound].", "",
+             "| configuration | view | learning rates | seeds per lr | mean at lr 1e-3 | "
+             "difference from lr 1e-3 | margin delta (keys) | verdict | largest upper bound: "
+             "the margin it decides above (keys) | seed values that are bounds |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in found.itertuples():
-        lines.append(f"| {r.label} | {r.lrs} | {r.published_lr:.3g} [{r.published_low:.3g}, "
-                     f"{r.published_high:.3g}] | {r.best:.3g} [{r.best_low:.3g}, "
-                     f"{r.best_high:.3g}] at lr {r.best_lr} | {'yes' if r.moves else 'no'} |")
-    moved = found[found["moves"]]
-    lines += ["", f"Capacity moves with the learning rate in {len(moved)} of {len(found)} "
-              "configurations" + (f": {', '.join(moved['label'])}." if len(moved) else "."), ""]
-    return lines
+        diffs = "; ".join(f"{lr:g}: {d:+.3g} [{cell(low)}, {cell(high)}]"
+                          for lr, d, low, high in r.differences)
+        bounds = (", ".join(f"{n} of {r.values} {o} ({BOUND_WORDS[o]})" for o, n in r.bounds.items())
+                  + ", tested as values") if r.bounds else "none"
+        lines.append(f"| {r.label} | {VIEW_WORDS[r.view]} | {r.lrs} | {_seeds_cell(r.n)} | "
+                     f"{cell(r.mean)} | {diffs} | {cell(r.margin)} | {r.verdict} | "
+                     f"{cell(r.decided_at)} | {bounds} |")
+    lines.append("")
+    for view in VIEWS:
+        mine = found[found["view"] == view]
+        counts = "; ".join(f"{v}: {int((mine['verdict'] == v).sum())}" for v in VERDICTS)
+        moved = mine.loc[mine["verdict"] == VERDICTS[0], "label"]
+        lines.append(f"- {VIEW_WORDS[view]} view, {plural(len(mine), 'configuration')}: {counts}"
+                     + (f" (moves: {', '.join(moved)})" if len(moved) else "") + ".")
+    return lines + [""]
+
+
+def simulate(rng, studies: int, seeds: int, means, sds, noise: str = "normal",
+             outlier_rate: float = 0.0, outlier_factor: float = 0.5) -> np.ndarray:
+    """Failure points of simulated studies with known truth, shape (studies, learning rates,
+    seeds): learning rate j's seeds have mean ``means[j]`` and standard deviation ``sds[j]``,
+    normal or log-normal (``noise``, with that mean and sd), and stall-like outliers: with
+    probability ``outlier_rate`` a seed's value is multiplied by ``outlier_factor``."""
+    means, sds = np.asarray(means, float)[:, None], np.asarray(sds, float)[:, None]
+    z = rng.standard_normal((studies, len(means), seeds))
+    if noise == "normal":
+        x = means + sds * z
+    else:
+        s = np.sqrt(np.log1p((sds / means) ** 2))
+        x = means * np.exp(s * z - s ** 2 / 2)
+    return np.where(rng.random(x.shape) < outlier_rate, x * outlier_factor, x)
+
+
+def coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_dot: float = 64.0,
+             rises=(0.0, 0.0, 0.0, 0.0), sd: float = 0.05, sd_ratios=(1.0, 0.5, 1.0, 2.0, 1.0),
+             noise: str = "normal", outlier_rate: float = 0.0,
+             outlier_factor: float = 0.5) -> dict[str, float]:
+    """The test on ``studies`` simulated studies (``simulate``) with known truth. At lr 1e-3 the
+    failure point has mean d_dot and sd ``sd`` x d_dot; at the m = len(rises) other learning
+    rates the mean is raised by ``rises[j]`` x delta (delta = MARGIN x d_dot) and the sd is
+    ``sd`` x d_dot x ``sd_ratios[j + 1]`` (``sd_ratios[0]``: lr 1e-3's). The outliers shift every
+    mean by the same factor, 1 - outlier_rate (1 - outlier_factor): the true difference of the
+    observed means is the rise times it; the verdicts are judged against the rise itself.
+    Reported: ``covers``, the share of (study, lr) whose two-sided 95% interval covers the true
+    difference; ``upper``, the share whose one-sided 95% upper bound lies above it; ``lower``,
+    the share whose Bonferroni lower bound lies below it (nominal 1 - 0.05/m); and the share of
+    studies with each verdict (``moves``, ``does not move``, ``undecided``)."""
+    rng = np.random.default_rng(seed)
+    delta, m = MARGIN * d_dot, len(rises)
+    means = d_dot + delta * np.concatenate([[0.0], np.asarray(rises, float)])
+    sds = sd * d_dot * np.asarray(sd_ratios, float)[:m + 1]
+    x = simulate(rng, studies, seeds, means, sds, noise, outlier_rate, outlier_factor)
+    truth = (means[1:] - means[0]) * (1 - outlier_rate * (1 - outlier_factor))
+    base, other = x[:, :1, :], x[:, 1:, :]
+    _, low95, high95 = welch(base, other, 1 - ALPHA / 2)
+    _, lower, _ = welch(base, other, 1 - ALPHA / m)
+    _, _, upper = welch(base, other, 1 - ALPHA)
+    verdicts = decide(lower, upper, delta)
+    return {"covers": float(((low95 <= truth) & (truth <= high95)).mean()),
+            "upper": float((truth <= upper).mean()), "lower": float((lower <= truth).mean()),
+            **{v: float((verdicts == v).mean()) for v in VERDICTS}}

@@ -375,7 +375,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                               + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
                                  else "") for r in theirs.itertuples()) + "."]
     lines += ["", *efficiency_table(capacity), *update_rules.section(capacity, runs),
-              *learning_rate.section(capacity),
+              *learning_rate.section(seeds, capacity),
               *scaling.section(families), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),
               *stall_section(runs, capacity, checked)]

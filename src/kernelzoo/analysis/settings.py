@@ -1,11 +1,16 @@
 """Which runs of a store the analysis takes together, and what it sets aside, each said.
 
-A sweep's extra overrides apply to every point, so one configuration (one ``label``) may have
-been trained twice under different settings (``trainer.max_steps=500``, then ``2000``): two run
-ids for one (configuration, seed, n_keys) point. ``split`` makes each such configuration one
-per setting: the settings that differ between the runs of a doubly trained point (a dotted key
-of ``trainer``, ``task`` or ``memory`` in their config.yaml, ``SETTING_SECTIONS``) are added to
-the label of every run of that configuration, so each setting gets its own failure point.
+A label names a configuration by CONFIG_KEYS alone, so the runs of one label may differ in how
+they were trained: a sweep's extra overrides apply to every point, and one configuration may
+have been trained twice under different settings (``trainer.max_steps=500``, then ``2000``: two
+run ids for one (configuration, seed, n_keys) point), or an experiment may vary a setting
+itself (``lr_patience``: ``trainer.patience`` and ``trainer.max_steps``), its runs at whatever
+n_keys its search probes. ``split`` makes each such configuration one per setting: the settings
+(a dotted key of ``trainer``, ``task`` or ``memory`` in their config.yaml,
+``SETTING_SECTIONS``) that differ between the runs of a doubly trained point, or whose recorded
+values differ among the configuration's runs (a run whose config.yaml lacks the key does not
+count), are added to the label of every run of that configuration, so each setting gets its
+own failure point.
 
 ``set_aside`` leaves out, with one line each, the runs that do not belong: a run whose summary
 names another experiment (copied in from elsewhere), a directory whose summary names another
@@ -63,15 +68,16 @@ def set_aside(runs: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[s
 
 
 def split(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """``runs`` (labelled) with each configuration trained twice at a point under different
-    settings split by those settings (module docstring), and one line per configuration split
-    or run left out."""
+    """``runs`` (labelled) with each configuration trained under different settings split by
+    those settings (module docstring), and one line per configuration split or run left out."""
     runs, lines = runs.copy(), []
     trained = runs[runs["settings"] != ""]
     doubled = trained[trained.duplicated(POINT, keep=False)]
-    for label, group in doubled.groupby("label", sort=True):
-        keys = sorted({k for _, point in group.groupby(["seed", "n_keys"])
-                       for k in _differing([json.loads(s) for s in point["settings"]])})
+    for label, group in trained.groupby("label", sort=True):
+        twice = doubled[doubled["label"] == label]
+        keys = {k for _, point in twice.groupby(["seed", "n_keys"])
+                for k in _differing([json.loads(s) for s in point["settings"]])}
+        keys = sorted(keys | _recorded([json.loads(s) for s in group["settings"].unique()]))
         if not keys:
             continue
         mine = (runs["label"] == label) & (runs["settings"] != "")
@@ -91,6 +97,13 @@ def split(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def _differing(settings: list[dict]) -> set[str]:
     keys = set().union(*settings)
     return {k for k in keys if len({json.dumps(s.get(k), default=str) for s in settings}) > 1}
+
+
+def _recorded(settings: list[dict]) -> set[str]:
+    """The keys with two different values among the ``settings`` that record them."""
+    keys = set().union(*settings)
+    return {k for k in keys
+            if len({json.dumps(s[k], default=str) for s in settings if k in s}) > 1}
 
 
 def _value(value) -> str:
