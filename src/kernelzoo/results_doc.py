@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from kernelzoo.analysis import learning_rate, prediction, scaling
+from kernelzoo.analysis import learning_rate, prediction, rankings, scaling
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
@@ -144,6 +144,7 @@ def section(experiment: str, root: Path) -> list[str]:
                   for _, group in laws.groupby(["family", "view"], sort=False)
                   if group["d_dot"].nunique() >= 2]
         lines.append("")
+    lines += rankings.section(table, level=3)
     if (store / "factorial.csv").exists():
         lines += factorial_lines(pd.read_csv(store / "factorial.csv"))
     return lines
@@ -191,7 +192,8 @@ def document(root: Path = ROOT) -> str:
 
 def analysis_document() -> str:
     """docs/analysis.md: every rule of the analysis, quoted from the module that applies it."""
-    from kernelzoo.analysis import capacity, factorial, intervals, rank_bound, report, stalls
+    from kernelzoo.analysis import (capacity, factorial, intervals, rank_bound, rankings, report,
+                                    stalls)
     from kernelzoo.core import diagnostics
     from kernelzoo.analysis.report import CAPTIONS, HEADLINE_WHY, PUBLISHED_NOTE, REFERENCE_NOTE
 
@@ -206,6 +208,7 @@ def analysis_document() -> str:
         ("Does capacity follow d_dot?", scaling, scaling.RULE),
         ("Does the failure point move with the learning rate?", learning_rate, learning_rate.RULE),
         ("Stalls and their checks", stalls, stalls.RULE),
+        ("Rankings per view and why they disagree", rankings, rankings.RULE),
         ("Factorial effects", factorial, factorial.RULE),
         ("Predicting the failure point", prediction, prediction.__doc__.split("\n\n")[1]),
         ("Diagnostics", diagnostics, diagnostics.__doc__.split("\n\n", 1)[1]),

@@ -4,11 +4,12 @@ Sections: what was run (runs, steps, wall time, machine, sweep invocations), the
 rule, the capacity table in three views (loss, accuracy, keys retrieved: each with its bracket or
 interval over seeds; the rank bound; for the authors' own configurations the failure point of
 their published losses), the comparison with the paper (loss view), capacity efficiency per view
-and how far the views' rankings agree, the update rules compared (``update_rules.py``), the
-learning rates compared (``learning_rate.py``), capacity against d_dot per family and view
-(``scaling.py``), the memory's sections (``sections.py``: the rank bound and the features a
-query reads, the feature rank during training, the prediction from the n_keys = d_dot probe,
-the stalls and their checks), the search's probes (for
+and how far the views' rankings agree (per size, each disagreement's cause: ``rankings.py``),
+the update rules compared (``update_rules.py``), the learning rates compared
+(``learning_rate.py``), capacity against d_dot per family and view (``scaling.py``), the
+memory's sections (``sections.py``: the rank bound and the features a query reads, the feature
+rank during training, the prediction from the n_keys = d_dot probe, the stalls and their
+checks), the factorial effects (``factorial.py``), the search's probes (for
 ``search=bisect``: which n_keys were trained and why), what is missing or was treated as noise
 or set aside, and the figures (PNG embedded, SVG linked, one caption each).
 """
@@ -22,7 +23,7 @@ import pandas as pd
 
 from scipy import stats
 
-from kernelzoo.analysis import factorial, learning_rate, scaling, update_rules
+from kernelzoo.analysis import factorial, learning_rate, rankings, scaling, update_rules
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
@@ -185,8 +186,8 @@ def efficiency_table(capacity: pd.DataFrame) -> list[str]:
                      f"{'>=' if outcome == 'never_fails' else '<='} {ratio:.2f}")
             cells.append(f"{ranks[v][r.label]}: {value}")
         lines.append(f"| {r.label} | {r.predicted_capacity} | " + " | ".join(cells) + " |")
-    lines += ["", *view_agreement(capacity)]
-    return lines + [""]
+    lines += ["", *view_agreement(capacity), "", *rankings.section(capacity)]
+    return lines
 
 
 def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:

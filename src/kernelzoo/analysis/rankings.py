@@ -1,0 +1,201 @@
+"""Maps ranked by capacity efficiency in each view, at each size, and why the views disagree.
+Pure: it reads no file.
+
+Rankings and their disagreements
+--------------------------------
+Configurations with a bounded d_dot are grouped by size: d_dot levels within 10% of the
+group's smallest are one size (the quadratic maps reach 65 or 66 beside the others' 64). Within
+a size, each view ranks them by efficiency = failure point / d_dot (``scaling.efficiency_order``).
+A configuration's views disagree when its ranks differ by ``GAP`` places or more, between the
+view where it ranks best and the one where it ranks worst. The disagreement is explained by what
+the store measured, every cause that applies to those two views:
+- diluted read-out (loss worst): the accuracy view's failure point is above ``DILUTED`` x the
+  loss view's (the keys are answered right while the loss has crossed tau);
+- partial retrieval (keys retrieved best): the keys retrieved exceed ``PARTIAL`` x the accuracy
+  view's failure point (past its accuracy failure the memory still returns more keys, each less
+  reliably);
+- a lower bound (in the best view): that view never failed within the keys probed;
+- else within the seeds' intervals, when every configuration it swaps order with between the
+  two views either has its efficiency interval overlapping its own in both views or a cause
+  above explains the swap (either one's, for the view where it ranks better); else no measured
+  cause, naming the configurations it is apart from.
+What limits a map in every view is listed beside, for every configuration: rank collapse (the
+effective rank of the written keys' features at n_keys = d_dot fell by more than ``COLLAPSE``
+during training) and fewer features read than written (the rank bound, the read-out's rank of
+``rank_bound.py``, below 0.9 d_dot: a query that reads fewer features than the keys write).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.scaling import efficiency_order
+from kernelzoo.analysis.style import natural_key
+
+GAP = 2          # places between a configuration's best and worst rank that count as disagreement
+DILUTED = 1.5
+PARTIAL = 1.25
+COLLAPSE = 0.2   # relative fall of the effective rank at n_keys = d_dot
+SIZE_SPREAD = 1.1
+RULE = __doc__.partition("---\n")[2].strip()
+
+
+def sizes(capacity: pd.DataFrame) -> dict[int, list[int]]:
+    """Size (the smallest d_dot of its group) -> the d_dot levels it holds."""
+    levels = sorted(int(d) for d in capacity["predicted_capacity"].dropna().unique())
+    groups: dict[int, list[int]] = {}
+    for d in levels:
+        head = next((h for h in groups if d <= SIZE_SPREAD * h), None)
+        groups.setdefault(d if head is None else head, []).append(d)
+    return groups
+
+
+def ranks(capacity: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration with a bounded d_dot: its size and, per view, its rank within
+    the size (NaN: no result in that view)."""
+    frames = []
+    for size, levels in sizes(capacity).items():
+        mine = capacity[capacity["predicted_capacity"].isin(levels)]
+        out = mine[["label"]].assign(size=size).set_index("label")
+        for view in VIEWS:
+            order = efficiency_order(mine, view)
+            out[f"rank{SUFFIX[view]}"] = pd.Series(range(1, len(order) + 1),
+                                                   index=order["label"].to_numpy())
+        frames.append(out.reset_index())
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _interval(order: pd.DataFrame, label: str) -> tuple[float, float]:
+    row = order[order["label"] == label].iloc[0]
+    return row["efficiency_low"], row["efficiency_high"]
+
+
+def swaps(capacity: pd.DataFrame, label: str, size_rows: pd.DataFrame, a: str,
+          b: str) -> tuple[list[str], list[str]]:
+    """The configurations that swap order with ``label`` between views ``a`` and ``b``, split
+    into those whose efficiency intervals overlap ``label``'s in both views and the others."""
+    me = size_rows.set_index("label")
+    ra, rb = me[f"rank{SUFFIX[a]}"], me[f"rank{SUFFIX[b]}"]
+    mine = capacity[capacity["label"].isin(size_rows["label"])]
+    orders = {v: efficiency_order(mine, v) for v in (a, b)}
+    overlap, apart = [], []
+    for other in me.index.drop(label):
+        if pd.isna(ra[other]) or pd.isna(rb[other]):
+            continue
+        if (ra[other] < ra[label]) == (rb[other] < rb[label]):
+            continue
+        close = True
+        for view in (a, b):
+            (lo, hi), (olo, ohi) = _interval(orders[view], label), _interval(orders[view], other)
+            close &= not (olo > hi or ohi < lo or any(map(math.isnan, (lo, hi, olo, ohi))))
+        (overlap if close else apart).append(other)
+    return overlap, apart
+
+
+def causes(r, best: str, worst: str) -> list[str]:
+    """The causes of the module docstring that explain capacity row ``r`` ranking best in view
+    ``best`` and worst in ``worst``."""
+    found = []
+    loss, acc, keys = r.observed_capacity, r.observed_capacity_acc, r.observed_capacity_keys
+    if worst == "loss" and r.outcome == "fails_at" and acc > DILUTED * loss:
+        found.append(f"diluted read-out (accuracy {acc:.3g} against loss {loss:.3g})")
+    if best == "keys_retrieved" and r.outcome_acc == "fails_at" and keys > PARTIAL * acc:
+        found.append(f"partial retrieval ({keys:.3g} keys retrieved against accuracy {acc:.3g})")
+    if getattr(r, f"outcome{SUFFIX[best]}") == "never_fails":
+        found.append(f"a lower bound in {VIEW_WORDS[best]}")
+    return found
+
+
+def limits(r) -> list[str]:
+    """What limits capacity row ``r`` in every view (module docstring)."""
+    found = []
+    before = getattr(r, "effective_rank_at_d_dot_initial", math.nan)
+    after = getattr(r, "effective_rank_at_d_dot", math.nan)
+    if before > 0 and after < (1 - COLLAPSE) * before:
+        found.append(f"rank collapse (effective rank {before:.3g} -> {after:.3g} in training)")
+    bound, d_dot = getattr(r, "rank_bound", math.nan), r.predicted_capacity
+    if not pd.isna(bound) and bound < 0.9 * d_dot:
+        found.append(f"fewer features read than written (rank bound {int(bound)} of d_dot "
+                     f"{int(d_dot)})")
+    return found
+
+
+def pair_cause(capacity: pd.DataFrame, ranked: pd.DataFrame, x: str, y: str, a: str,
+               b: str) -> tuple[str, str] | None:
+    """(owner, cause) of the cause above that explains ``x`` and ``y`` swapping order between
+    views ``a`` and ``b``: x's for ranking better where it does, else y's; None if none."""
+    p = a if ranked.loc[x, f"rank{SUFFIX[a]}"] < ranked.loc[y, f"rank{SUFFIX[a]}"] else b
+    q = b if p == a else a
+    row = {label: capacity[capacity["label"] == label].iloc[0] for label in (x, y)}
+    for owner, found in ((x, causes(row[x], p, q)), (y, causes(row[y], q, p))):
+        if found:
+            return owner, found[0].split(" (")[0]
+    return None
+
+
+def disagreements(capacity: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration whose views' ranks differ by GAP or more: size, ranks, the
+    views of its best and worst rank, and why (``causes`` or the intervals)."""
+    table = ranks(capacity)
+    if table.empty:
+        return table
+    rows = []
+    for _, r in table.iterrows():
+        got = {v: r[f"rank{SUFFIX[v]}"] for v in VIEWS if not pd.isna(r[f"rank{SUFFIX[v]}"])}
+        if len(got) < 2 or max(got.values()) - min(got.values()) < GAP:
+            continue
+        best, worst = min(got, key=got.get), max(got, key=got.get)
+        rows.append({"label": r["label"], "size": r["size"],
+                     **{f"rank{SUFFIX[v]}": r[f"rank{SUFFIX[v]}"] for v in VIEWS},
+                     "best": best, "worst": worst,
+                     "why": "; ".join(causes(capacity[capacity["label"] == r["label"]].iloc[0],
+                                             best, worst))})
+    for row in rows:
+        if row["why"]:
+            continue
+        same = table[table["size"] == row["size"]].set_index("label")
+        _, apart = swaps(capacity, row["label"], same.reset_index(), row["best"], row["worst"])
+        why = {other: pair_cause(capacity, same, row["label"], other, row["best"], row["worst"])
+               for other in apart}
+        if all(why.values()):
+            by_cause: dict[str, list[str]] = {}
+            for owner, cause in why.values():
+                by_cause.setdefault(cause, []).append(owner)
+            row["why"] = "within the seeds' intervals" + (
+                ", but for swaps explained by the " + "; the ".join(
+                    f"{cause} of {', '.join(sorted(set(owners), key=natural_key))}"
+                    for cause, owners in by_cause.items()) if by_cause else "")
+        else:
+            row["why"] = ("no measured cause (apart from "
+                          + ", ".join(o for o, cause in why.items() if not cause) + ")")
+    return pd.DataFrame(rows)
+
+
+def section(capacity: pd.DataFrame, level: int = 2) -> list[str]:
+    """The report's "Rankings per view" section: per size, every configuration's rank in each
+    view, why its views disagree and what limits it (headings at markdown ``level``, the rule
+    quoted at level 2 only); [] with fewer than 3 ranked configurations at any size."""
+    table = ranks(capacity)
+    if table.empty or table.groupby("size").size().max() < 3:
+        return []
+    found = disagreements(capacity).set_index("label") if len(table) else pd.DataFrame()
+    lines = ["#" * level + " Rankings per view", "", *([RULE, ""] if level == 2 else [])]
+    for size, rows in table.groupby("size"):
+        if len(rows) < 3:
+            continue
+        levels = sizes(capacity)[size]
+        lines += ["#" * (level + 1) + f" d_dot {size}" + (f" to {max(levels)}" if len(levels) > 1 else ""), "",
+                  "| configuration | " + " | ".join(f"{VIEW_WORDS[v]} rank" for v in VIEWS)
+                  + " | why the views disagree | what limits it |",
+                  "|---|" + "---|" * (len(VIEWS) + 2)]
+        for r in rows.sort_values(f"rank{SUFFIX['accuracy']}").itertuples():
+            cells = ["–" if pd.isna(getattr(r, f"rank{SUFFIX[v]}")) else
+                     str(int(getattr(r, f"rank{SUFFIX[v]}"))) for v in VIEWS]
+            why = found.loc[r.label, "why"] if r.label in found.index else ""
+            limit = "; ".join(limits(capacity[capacity["label"] == r.label].iloc[0]))
+            lines.append(f"| {r.label} | " + " | ".join(cells) + f" | {why} | {limit} |")
+        lines.append("")
+    return lines

@@ -1,0 +1,76 @@
+"""Rankings per view at each size and the causes of their disagreements (analysis/rankings.py),
+on constructed capacity tables."""
+
+import math
+
+import pandas as pd
+
+from kernelzoo.analysis import rankings
+
+
+def row(label, d_dot, loss, acc, keys, outcome_acc="fails_at", outcome_keys="fails_at",
+        spread=0.02, **extra):
+    d_dot_or_nan = math.nan if d_dot is None else d_dot
+    values = {"": loss, "_acc": acc, "_keys": keys}
+    out = {"label": label, "predicted_capacity": d_dot_or_nan, "outcome": "fails_at",
+           "outcome_acc": outcome_acc, "outcome_keys": outcome_keys, "rank_bound": d_dot_or_nan + 1,
+           "effective_rank_at_d_dot": 50.0, "effective_rank_at_d_dot_initial": 50.0}
+    for s, v in values.items():
+        out.update({f"observed_capacity{s}": v, f"ci_low{s}": v * (1 - spread),
+                    f"ci_high{s}": v * (1 + spread), f"ratio{s}": v / d_dot_or_nan})
+    return {**out, **extra}
+
+
+def table():
+    return pd.DataFrame([
+        row("A", 64, 56, 52, 60),                    # the steady ones
+        row("B", 64, 54, 50, 58),
+        row("C", 66, 12, 120, 200, outcome_keys="never_fails"),  # diluted: loss last
+        row("D", 64, 50, 46, 80),                    # partial retrieval: keys first
+        row("E", 64, 30, 28, 30, rank_bound=33, effective_rank_at_d_dot_initial=40.0,
+            effective_rank_at_d_dot=10.0),
+        row("F", 128, 100, 100, 100), row("G", 128, 90, 90, 90),   # another size
+        row("H", 135, 80, 80, 80),
+        row("S", None, 500, 500, 500),              # softmax: no d_dot, not ranked
+    ])
+
+
+def test_sizes_group_nearby_d_dot():
+    assert rankings.sizes(table()) == {64: [64, 66], 128: [128, 135]}
+
+
+def test_ranks_within_each_size():
+    got = rankings.ranks(table()).set_index("label")
+    assert got.loc["C", "rank"] == 5 and got.loc["C", "rank_acc"] == 1
+    assert got.loc["D", "rank_keys"] == 2 and got.loc["F", "rank"] == 1
+    assert got.loc["H", "size"] == 128 and "S" not in got.index
+
+
+def test_disagreements_name_their_causes():
+    found = rankings.disagreements(table()).set_index("label")
+    assert found.loc["C", "why"] == "diluted read-out (accuracy 120 against loss 12)"
+    assert found.loc["C", "best"] == "accuracy" and found.loc["C", "worst"] == "loss"
+    # A drops from 1 (loss) to 3 (keys) because C and D pass it: their causes, not noise
+    assert found.loc["A", "why"] == ("within the seeds' intervals, but for swaps explained by "
+                                     "the diluted read-out of C; the partial retrieval of D")
+    assert "F" not in found.index  # the same order in every view
+
+
+def test_no_measured_cause_is_said():
+    capacity = pd.DataFrame([row("A", 64, 60, 40, 40, spread=0.01),
+                             row("B", 64, 50, 50, 50, spread=0.01),
+                             row("C", 64, 45, 45, 45, spread=0.01)])
+    found = rankings.disagreements(capacity).set_index("label")
+    assert found.loc["A", "why"] == "no measured cause (apart from B, C)"
+
+
+def test_section_lists_limits_and_sizes():
+    lines = rankings.section(table())
+    assert lines[0] == "## Rankings per view"
+    assert "### d_dot 64 to 66" in lines and "### d_dot 128 to 135" in lines
+    e = next(line for line in lines if line.startswith("| E |"))
+    assert "rank collapse (effective rank 40 -> 10 in training)" in e
+    assert "fewer features read than written (rank bound 33 of d_dot 64)" in e
+    assert rankings.section(table(), level=3)[0] == "### Rankings per view"
+    assert rankings.section(table().iloc[:2]) == []
+    assert not math.isnan(rankings.COLLAPSE)
