@@ -100,14 +100,17 @@ def test_bounds_are_marked_in_the_section():
 @pytest.mark.parametrize("truth", [{}, {"spread_ratio": 3.0}, {"outlier_rate": 0.1},
                                    {"outlier_rate": 0.1, "spread_ratio": 3.0}])
 def test_coverage_near_nominal(truth):
+    """The effects' 95% intervals cover the truth in 600 simulated factorials (3 seeds per
+    cell): normal noise, cell spreads growing threefold, 10% stall-like outliers, both."""
     got = factorial.coverage(600, seed=11, **truth)
     for key, share in got.items():
         assert 0.92 <= share <= 0.98, (key, got)
 
 
+@pytest.mark.slow
 def test_analyze_writes_factorial_csv_and_section(tmp_path):
     """A 2x2 store (favor m=16: redraw x stabilize, 2 seeds): analyze writes factorial.csv, the
-    report its section, and docs' lines read the csv."""
+    report its section, and docs' lines read the csv (figures drawn too: make test-slow)."""
     from synthetic import analyze_store, write_series
 
     from kernelzoo import results_doc

@@ -234,11 +234,24 @@ def summary(root: Path = ROOT) -> list[str]:
     lines.append("- `figure2` (one seed, the loss view against the authors' losses): "
                  + "; ".join(f"{r.label} {bound(r.observed_capacity, r.outcome)} "
                              f"(published {published(r)})" for r in theirs.itertuples()) + ".")
+    search = root / "results" / "reference" / "figure2_search" / "capacity.csv"
+    if search.exists():
+        fig2s = pd.read_csv(search)
+        theirs = fig2s[fig2s["published_outcome"].notna() & (fig2s["n_seeds"] >= 2)]
+        if len(theirs):
+            lines.append(
+                f"- `figure2_search` (up to {int(theirs['n_seeds'].max())} seeds, loss view: "
+                "median [interval] against the authors' one run, and where it lies): "
+                + "; ".join(f"{r.label} {observed(r)} against {published(r)}: "
+                            f"{r.published_verdict}" for r in theirs.itertuples()) + ".")
     zoo = pd.read_csv(root / "results" / "reference" / "zoo" / "capacity.csv")
-    best = zoo.sort_values("ratio_acc", ascending=False).head(3)
-    lines.append("- `zoo` (d_dot 64, 3 seeds), highest failure point / d_dot in the accuracy "
-                 "view: " + "; ".join(f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
-                                      for r in best.itertuples()) + ".")
+    for size, levels in rankings.sizes(zoo).items():
+        mine = zoo[zoo["predicted_capacity"].isin(levels)]
+        best = mine.sort_values("ratio_acc", ascending=False).head(3)
+        lines.append(f"- `zoo` (d_dot {size}, {int(mine['n_seeds'].max())} seeds), highest "
+                     "failure point / d_dot in the accuracy view: " + "; ".join(
+                         f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
+                         for r in best.itertuples()) + ".")
     dot = pd.read_csv(root / "results" / "reference" / "dot_scaling" / "scaling.csv")
     laws = dot.drop_duplicates(["family", "view"])
     laws = laws[laws["view"].isin(["loss", "accuracy"]) & laws["b"].notna()]
