@@ -15,6 +15,7 @@ def row(label, d_dot, loss, acc, keys, outcome_acc="fails_at", outcome_keys="fai
     out = {"label": label, "predicted_capacity": d_dot_or_nan, "outcome": "fails_at",
            "outcome_acc": outcome_acc, "outcome_keys": outcome_keys, "rank_bound": d_dot_or_nan + 1,
            "effective_rank_at_d_dot": 50.0, "effective_rank_at_d_dot_initial": 50.0}
+    out["d_key"] = 16
     for s, v in values.items():
         out.update({f"observed_capacity{s}": v, f"ci_low{s}": v * (1 - spread),
                     f"ci_high{s}": v * (1 + spread), f"ratio{s}": v / d_dot_or_nan})
@@ -31,7 +32,7 @@ def table():
             effective_rank_at_d_dot=10.0),
         row("F", 128, 100, 100, 100), row("G", 128, 90, 90, 90),   # another size
         row("H", 135, 80, 80, 80),
-        row("S", None, 500, 500, 500),              # softmax: no d_dot, not ranked
+        row("S", None, 500, 500, 500, outcome_keys="never_fails", d_key=64),  # softmax
     ])
 
 
@@ -71,6 +72,8 @@ def test_section_lists_limits_and_sizes():
     e = next(line for line in lines if line.startswith("| E |"))
     assert "rank collapse (effective rank 40 -> 10 in training)" in e
     assert "fewer features read than written (rank bound 33 of d_dot 64)" in e
+    assert ("Reference, no d_dot: S, failure point loss 500; accuracy 500; keys retrieved "
+            ">= 500.") in lines
     assert rankings.section(table(), level=3)[0] == "### Rankings per view"
     assert rankings.section(table().iloc[:2]) == []
     assert not math.isnan(rankings.COLLAPSE)

@@ -33,7 +33,7 @@ import pandas as pd
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.scaling import efficiency_order
-from kernelzoo.analysis.style import natural_key
+from kernelzoo.analysis.style import bound, natural_key
 
 GAP = 2          # places between a configuration's best and worst rank that count as disagreement
 DILUTED = 1.5
@@ -174,9 +174,15 @@ def disagreements(capacity: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _point(r, view: str) -> str:
+    s = SUFFIX[view]
+    return bound(getattr(r, f"observed_capacity{s}"), getattr(r, f"outcome{s}"))
+
+
 def section(capacity: pd.DataFrame, level: int = 2) -> list[str]:
     """The report's "Rankings per view" section: per size, every configuration's rank in each
-    view, why its views disagree and what limits it (headings at markdown ``level``, the rule
+    view, why its views disagree and what limits it, and the configurations without d_dot at a
+    d_key of the size (softmax: the reference row) with their failure points (headings at markdown ``level``, the rule
     quoted at level 2 only); [] with fewer than 3 ranked configurations at any size."""
     table = ranks(capacity)
     if table.empty or table.groupby("size").size().max() < 3:
@@ -197,5 +203,10 @@ def section(capacity: pd.DataFrame, level: int = 2) -> list[str]:
             why = found.loc[r.label, "why"] if r.label in found.index else ""
             limit = "; ".join(limits(capacity[capacity["label"] == r.label].iloc[0]))
             lines.append(f"| {r.label} | " + " | ".join(cells) + f" | {why} | {limit} |")
-        lines.append("")
+        unbounded = capacity[capacity["predicted_capacity"].isna()
+                             & capacity["d_key"].isin(levels)]
+        lines += [""] + [f"Reference, no d_dot: {r.label}, failure point "
+                         + "; ".join(f"{VIEW_WORDS[v]} {_point(r, v)}" for v in VIEWS) + "."
+                         for r in unbounded.itertuples()]
+        lines += [""] if len(unbounded) else []
     return lines
