@@ -1,27 +1,26 @@
 """Factorial effects: what each change of a map's settings does to its failure point, alone and
 in combination (the ``favor_diagnosis`` design). Pure: it reads no file.
 
-Design (``designs``)
---------------------
-Configurations of one map that share d_key, d_dot, update rule and lr form a 2^k factorial when
-k >= 2 of their parameters take two levels each and every combination of those levels ran. A
-parameter with more levels contributes its two most common (a third level, such as a redraw
-every n steps, stays a configuration of its own); a parameter whose levels follow another's
-(FAVOR+'s ``eval_redraw``, set only with ``redraw=every_call``) is the same factor and is left
-out. A factor's "low" level is the first in natural order, its effect the change to the second.
+Design and effects
+------------------
+Design (``designs``): configurations of one map that share d_key, d_dot, update rule and lr form
+a 2^k factorial when k >= 2 of their parameters take two levels each and every combination of
+those levels ran. A parameter with more levels contributes its two most common (a third level,
+such as a redraw every n steps, stays a configuration of its own); a parameter whose levels
+follow another's (FAVOR+'s ``eval_redraw``, set only with ``redraw=every_call``) is the same
+factor and is left out. A factor's "low" level is the first in natural order, its effect the
+change to the second.
 
-Effects (``effects``)
----------------------
-Per view, y = ln n* of each seed (its failure point in that view). With cell means m_c over the
-2^k cells, a main effect is E_A = mean(m_c: A high) - mean(m_c: A low); an interaction, e.g.
-E_AB, the same contrast on the product of the ±1 codes (half the change of A's effect when B
-goes high). Each effect is reported as a ratio exp(E): the factor by which the change multiplies
-the failure point. Its 95% interval is the t interval exp(E ± t s sqrt(sum c^2 / n_c)), with s
-the pooled within-cell standard deviation of y and N - 2^k degrees of freedom (N seeds in all);
-``coverage`` checks it by simulation with known truth, including unequal spreads between cells
-and stall-like outliers. A seed whose value in the view is a bound (never_fails: a lower bound,
-fails_everywhere: an upper bound) enters at its bound; the effects that contain its cell are
-marked, and their intervals do not hold.
+Effects (``effects``): per view, y = ln n* of each seed (its failure point in that view). With
+cell means m_c over the 2^k cells, a main effect is E_A = mean(m_c: A high) - mean(m_c: A low);
+an interaction, e.g. E_AB, the same contrast on the product of the ±1 codes (half the change of
+A's effect when B goes high). Each effect is reported as a ratio exp(E): the factor by which the
+change multiplies the failure point. Its 95% interval is the t interval exp(E ± t s sqrt(sum c^2
+/ n_c)), with s the pooled within-cell standard deviation of y and N - 2^k degrees of freedom (N
+seeds in all); ``coverage`` checks it by simulation with known truth, including unequal spreads
+between cells and stall-like outliers. A seed whose value in the view is a bound (never_fails: a
+lower bound, fails_everywhere: an upper bound) enters at its bound; the effects that contain its
+cell are marked, and their intervals do not hold.
 """
 
 from __future__ import annotations
@@ -169,7 +168,9 @@ def section(found: pd.DataFrame) -> list[str]:
     """The report's "Factorial" section from ``table``'s rows; [] without a design."""
     if found.empty:
         return []
-    lines = ["## Factorial", "", RULE.replace("\n", " "), ""]
+    lines = ["## Factorial", ""]
+    for paragraph in RULE.split("\n\n"):
+        lines += [paragraph.replace("\n", " "), ""]
     for title, rows in found.groupby("design", sort=False):
         lines += [f"### {title}", "", f"Factors (low -> high): {rows['factors'].iloc[0]}; "
                   f"{rows['seeds'].iloc[0]} seeds in all.", "",
