@@ -19,8 +19,8 @@ change multiplies the failure point. Its 95% interval is the t interval exp(E ±
 / n_c)), with s the pooled within-cell standard deviation of y and N - 2^k degrees of freedom (N
 seeds in all); ``coverage`` checks it by simulation with known truth, including unequal spreads
 between cells and stall-like outliers. A seed whose value in the view is a bound (never_fails: a
-lower bound, fails_everywhere: an upper bound) enters at its bound; the effects that contain its
-cell are marked, and their intervals do not hold.
+lower bound, fails_everywhere: an upper bound) enters at its bound; as every effect uses every
+cell, each effect of that view carries the count of bounds, and its interval does not hold.
 """
 
 from __future__ import annotations
