@@ -131,8 +131,11 @@ def section(experiment: str, root: Path) -> list[str]:
              *capacity_lines(table), ""]
     theirs = table[table["published_outcome"].notna()]
     if len(theirs):
-        lines += ["Loss view against the authors' published losses (same rule): "
+        lines += ["Loss view against the authors' published losses (same rule; with seeds, "
+                  "where their one run lies, `published.verdict`): "
                   + "; ".join(f"{r.label} {observed(r)} against {published(r)}"
+                              + (f" ({r.published_verdict})"
+                                 if r.published_verdict not in ("one seed", None) else "")
                               for r in theirs.itertuples()) + ".", ""]
     rho = agreement(table)
     lines += [rho, ""] if rho else []
