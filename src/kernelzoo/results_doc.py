@@ -29,7 +29,8 @@ from kernelzoo.analysis import learning_rate, prediction, rankings, scaling
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
-from kernelzoo.analysis.report import observed, published, view_rhos
+from kernelzoo.analysis.rankings import view_rhos
+from kernelzoo.analysis.report import observed, published
 from kernelzoo.analysis.style import bound, cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +81,7 @@ def capacity_lines(table: pd.DataFrame) -> list[str]:
 
 
 def agreement(table: pd.DataFrame) -> str:
-    """Spearman's rho between the views' efficiency orders (``report.view_rhos``)."""
+    """Spearman's rho between the views' efficiency orders (``rankings.view_rhos``)."""
     parts = [f"{VIEW_WORDS[v]} / {VIEW_WORDS[w]} {rho:.2f}" for v, w, rho, _ in view_rhos(table)]
     return ("Rank agreement of failure point / d_dot between views (Spearman rho): "
             + "; ".join(parts) + ".") if parts else ""
@@ -198,14 +199,15 @@ def analysis_document() -> str:
     from kernelzoo.analysis import (capacity, factorial, intervals, rank_bound, rankings, report,
                                     stalls)
     from kernelzoo.core import diagnostics
-    from kernelzoo.analysis.report import CAPTIONS, HEADLINE_WHY, PUBLISHED_NOTE, REFERENCE_NOTE
+    from kernelzoo.analysis.rankings import HEADLINE_WHY
+    from kernelzoo.analysis.report import CAPTIONS, PUBLISHED_NOTE, REFERENCE_NOTE
 
     def quoted(module, text: str) -> list[str]:
         return [f"(`src/{module.__name__.replace('.', '/')}.py`)", "", text.strip(), ""]
 
     sections = [
         ("The failure point in three views", capacity, capacity.RULE),
-        ("Which view headlines the rankings", report, HEADLINE_WHY),
+        ("Which view headlines the rankings", rankings, HEADLINE_WHY),
         ("The rank bound", rank_bound, rank_bound.DERIVATION),
         ("Intervals", intervals, intervals.RULE),
         ("Does capacity follow d_dot?", scaling, scaling.RULE),

@@ -21,30 +21,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from scipy import stats
-
-from kernelzoo.analysis import factorial, learning_rate, rankings, scaling, update_rules
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis import factorial, learning_rate, scaling, update_rules
+from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
 from kernelzoo.analysis.stalls import stall_lines
 from kernelzoo.records.store import experiment_points, finished_points, read_sweep, trained_points
 from kernelzoo.analysis.sections import (prediction_section, rank_bound_section, rank_changes,
                                          stall_section)
+from kernelzoo.analysis.rankings import efficiency_table
 from kernelzoo.analysis.style import bound, cell, natural_key
 from kernelzoo.words import plural
-
-
-HEADLINE = "accuracy"  # the view that headlines cross-map rankings
-HEADLINE_WHY = (
-    "Cross-map rankings are headlined by the accuracy view: it asks whether the memory still "
-    "returns (nearly) every association, which is what capacity means, whatever the scale of "
-    "its read-out. The loss view mixes retrieval with that scale: a diluted read-out (every key "
-    "answered right, the right value's weight spread) fails it early, and under the authors' "
-    "per-32-query batch means one wrong key of 33 to 64 costs under tau, so it passes maps that "
-    "lose keys. It stays the view compared with the paper. Keys retrieved, without a threshold, "
-    "counts partial retrieval past the failure point and is shown beside them.")
-DILUTED = 1.5  # the accuracy view's failure point over the loss view's that the report names
 
 
 def observed(r, view: str = "loss") -> str:
@@ -157,68 +144,6 @@ def figure_lines(figures: list[Path], omitted: list[str]) -> list[str]:
         lines += [f"![]({path.name})", "", f"{caption} ([SVG]({path.with_suffix('.svg').name}))",
                   ""]
     return lines + [f"- {line}" for line in omitted]
-
-
-def efficiency_table(capacity: pd.DataFrame) -> list[str]:
-    """Configurations ranked by capacity efficiency = failure point / d_dot in each view, the
-    rank correlation between the views' orders, and where they disagree."""
-    orders = {v: scaling.efficiency_order(capacity, v) for v in VIEWS}
-    if len(orders[HEADLINE]) < 2:
-        return []
-    lines = ["## Capacity efficiency (failure point / d_dot), per view", "",
-             HEADLINE_WHY, "",
-             "| configuration | d_dot | " + " | ".join(f"{VIEW_WORDS[v]}: rank, efficiency"
-                                                     for v in VIEWS) + " |",
-             "|---|---|" + "---|" * len(VIEWS)]
-    ranks = {v: {label: i for i, label in enumerate(o["label"], 1)} for v, o in orders.items()}
-    for r in orders[HEADLINE].itertuples():
-        cells = []
-        for v in VIEWS:
-            row = orders[v][orders[v]["label"] == r.label]
-            if row.empty:
-                cells.append("–")
-                continue
-            row = row.iloc[0]
-            s = SUFFIX[v]
-            ratio, outcome = row[f"ratio{s}"], row[f"outcome{s}"]
-            value = (f"{ratio:.2f} [{row['efficiency_low']:.2f}, {row['efficiency_high']:.2f}]"
-                     if outcome == "fails_at" else
-                     f"{'>=' if outcome == 'never_fails' else '<='} {ratio:.2f}")
-            cells.append(f"{ranks[v][r.label]}: {value}")
-        lines.append(f"| {r.label} | {r.predicted_capacity} | " + " | ".join(cells) + " |")
-    lines += ["", *view_agreement(capacity), "", *rankings.section(capacity)]
-    return lines
-
-
-def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:
-    """(view, other view, Spearman's rho of their failure point / d_dot, configurations) for
-    each pair of views over the configurations with a bounded d_dot ranked in both (3 or more)."""
-    rows, found = capacity[capacity["predicted_capacity"].notna()], []
-    for i, v in enumerate(VIEWS):
-        for w in VIEWS[i + 1:]:
-            both = rows[[f"ratio{SUFFIX[v]}", f"ratio{SUFFIX[w]}"]].dropna()
-            if len(both) >= 3:
-                found.append((v, w, stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic,
-                              len(both)))
-    return found
-
-
-def view_agreement(capacity: pd.DataFrame) -> list[str]:
-    """Spearman's rho between each pair of views' efficiency orders (``view_rhos``), and the
-    configurations whose loss view fails well before their accuracy view (dilution: the loss
-    crosses tau while the keys are still answered right)."""
-    lines = [f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = {rho:.2f} over {n} "
-             "configurations." for v, w, rho, n in view_rhos(capacity)]
-    diluted = capacity[(capacity["outcome"] == "fails_at")
-                       & (capacity["observed_capacity_acc"] > DILUTED * capacity["observed_capacity"])]
-    if len(diluted):
-        lines.append("- Loss view failing before the accuracy view (the read-out is diluted: the "
-                     "loss crosses tau while the keys are still answered right; ratio "
-                     f"accuracy / loss above {DILUTED:g}): " + "; ".join(
-                         f"{r.label} {cell(r.observed_capacity)} against "
-                         f"{bound(r.observed_capacity_acc, r.outcome_acc)}"
-                         for r in diluted.itertuples()) + ".")
-    return lines
 
 
 def probe_tables(runs: pd.DataFrame, capacity: pd.DataFrame, threshold: float) -> list[str]:
