@@ -13,7 +13,7 @@ import pytest
 from kernelzoo import results_doc
 
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = ("capacity.csv", "scaling.csv", "runs.parquet", "sweep.json")
+KEPT = ("capacity.csv", "scaling.csv", "factorial.csv", "runs.parquet", "sweep.json")
 
 
 def test_the_committed_results_match_their_stores(capsys):

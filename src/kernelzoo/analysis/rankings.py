@@ -193,12 +193,13 @@ def _point(r, view: str) -> str:
 def section(capacity: pd.DataFrame, level: int = 2) -> list[str]:
     """The report's "Rankings per view" section: per size, every configuration's rank in each
     view, why its views disagree and what limits it, and the configurations without d_dot at a
-    d_key of the size (softmax: the reference row) with their failure points (headings at markdown ``level``, the rule
-    quoted at level 2 only); [] with fewer than 3 ranked configurations at any size."""
+    d_key of the size (softmax: the reference row) with their failure points (headings at
+    markdown ``level``, the rule quoted at level 2 only); [] with fewer than 3 ranked configurations at any size."""
     table = ranks(capacity)
     if table.empty or table.groupby("size").size().max() < 3:
         return []
-    found = disagreements(capacity).set_index("label") if len(table) else pd.DataFrame()
+    found = disagreements(capacity)
+    found = found.set_index("label") if len(found) else pd.DataFrame(columns=["why"])
     lines = ["#" * level + " Rankings per view", "", *([RULE, ""] if level == 2 else [])]
     for size, rows in table.groupby("size"):
         if len(rows) < 3:
