@@ -22,8 +22,8 @@ for a map without d_dot), the verdict is:
 A seed whose value in a view is a bound (outcome never_fails: a lower bound; fails_everywhere:
 an upper bound) enters the test as that value; each row counts such seeds. A lower bound at
 another lr can hide a rise: a "does not move" that rests on such seeds holds for the bounds, not
-for the failure points. Seeds without data are left out. When neither learning rate's seeds spread, the interval is d itself. The
-interval's coverage, the rate of a false "does not move" and the power are checked by
+for the failure points. Seeds without data are left out. When neither learning rate's seeds
+spread, the interval is d itself. The interval's coverage, the rate of a false "does not move" and the power are checked by
 simulation with known truth (``coverage``).
 """
 

@@ -194,7 +194,8 @@ def section(capacity: pd.DataFrame, level: int = 2) -> list[str]:
     """The report's "Rankings per view" section: per size, every configuration's rank in each
     view, why its views disagree and what limits it, and the configurations without d_dot at a
     d_key of the size (softmax: the reference row) with their failure points (headings at
-    markdown ``level``, the rule quoted at level 2 only); [] with fewer than 3 ranked configurations at any size."""
+    markdown ``level``, the rule quoted at level 2 only); [] with fewer than 3 ranked
+    configurations at any size."""
     table = ranks(capacity)
     if table.empty or table.groupby("size").size().max() < 3:
         return []
@@ -205,7 +206,8 @@ def section(capacity: pd.DataFrame, level: int = 2) -> list[str]:
         if len(rows) < 3:
             continue
         levels = sizes(capacity)[size]
-        lines += ["#" * (level + 1) + f" d_dot {size}" + (f" to {max(levels)}" if len(levels) > 1 else ""), "",
+        span = f" to {max(levels)}" if len(levels) > 1 else ""
+        lines += ["#" * (level + 1) + f" d_dot {size}{span}", "",
                   "| configuration | " + " | ".join(f"{VIEW_WORDS[v]} rank" for v in VIEWS)
                   + " | why the views disagree | what limits it |",
                   "|---|" + "---|" * (len(VIEWS) + 2)]
