@@ -84,15 +84,15 @@ def _interval(order: pd.DataFrame, label: str) -> tuple[float, float]:
     return row["efficiency_low"], row["efficiency_high"]
 
 
-def swaps(capacity: pd.DataFrame, label: str, size_rows: pd.DataFrame, a: str,
-          b: str) -> tuple[list[str], list[str]]:
-    """The configurations that swap order with ``label`` between views ``a`` and ``b``, split
-    into those whose efficiency intervals overlap ``label``'s in both views and the others."""
+def swaps_apart(capacity: pd.DataFrame, label: str, size_rows: pd.DataFrame, a: str,
+                b: str) -> list[str]:
+    """The configurations that swap order with ``label`` between views ``a`` and ``b`` and
+    whose efficiency interval is apart from ``label``'s in one of them (not overlapping)."""
     me = size_rows.set_index("label")
     ra, rb = me[f"rank{SUFFIX[a]}"], me[f"rank{SUFFIX[b]}"]
     mine = capacity[capacity["label"].isin(size_rows["label"])]
     orders = {v: efficiency_order(mine, v) for v in (a, b)}
-    overlap, apart = [], []
+    apart = []
     for other in me.index.drop(label):
         if pd.isna(ra[other]) or pd.isna(rb[other]):
             continue
@@ -102,8 +102,9 @@ def swaps(capacity: pd.DataFrame, label: str, size_rows: pd.DataFrame, a: str,
         for view in (a, b):
             (lo, hi), (olo, ohi) = _interval(orders[view], label), _interval(orders[view], other)
             close &= not (olo > hi or ohi < lo or any(map(math.isnan, (lo, hi, olo, ohi))))
-        (overlap if close else apart).append(other)
-    return overlap, apart
+        if not close:
+            apart.append(other)
+    return apart
 
 
 def causes(r, best: str, worst: str) -> list[str]:
@@ -127,9 +128,9 @@ def limits(r) -> list[str]:
     after = getattr(r, "effective_rank_at_d_dot", math.nan)
     if before > 0 and after < (1 - COLLAPSE) * before:
         found.append(f"rank collapse (effective rank {before:.3g} -> {after:.3g} in training)")
-    bound, d_dot = getattr(r, "rank_bound", math.nan), r.predicted_capacity
-    if not pd.isna(bound) and bound < 0.9 * d_dot:
-        found.append(f"fewer features read than written (rank bound {int(bound)} of d_dot "
+    read, d_dot = getattr(r, "rank_bound", math.nan), r.predicted_capacity
+    if not pd.isna(read) and read < 0.9 * d_dot:
+        found.append(f"fewer features read than written (rank bound {int(read)} of d_dot "
                      f"{int(d_dot)})")
     return found
 
@@ -168,7 +169,8 @@ def disagreements(capacity: pd.DataFrame) -> pd.DataFrame:
         if row["why"]:
             continue
         same = table[table["size"] == row["size"]].set_index("label")
-        _, apart = swaps(capacity, row["label"], same.reset_index(), row["best"], row["worst"])
+        apart = swaps_apart(capacity, row["label"], same.reset_index(), row["best"],
+                            row["worst"])
         why = {other: pair_cause(capacity, same, row["label"], other, row["best"], row["worst"])
                for other in apart}
         if all(why.values()):
