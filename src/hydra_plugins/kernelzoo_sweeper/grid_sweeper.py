@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 
 from kernelzoo import config
 from kernelzoo.hydra_adapter import sweeper_base
-from kernelzoo.records import files, interrupt, progress, store, tracking
+from kernelzoo.records import files, history, interrupt, progress, store, tracking
 from kernelzoo.words import plural
 
 from .packs import Point, packs
@@ -49,7 +49,7 @@ def machine() -> str:
     import torch
 
     gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{store.cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
+    return f"{history.cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
 
 
 def batch_size(max_batch_size: int | None, launcher) -> int | None:
@@ -262,19 +262,19 @@ class GridSweeper(sweeper_base()):
         if self.stall_checks is not None:  # its checks are points of this invocation too
             record = {**record, "points": record["points"] + self.stall_checks["launched"],
                       "stall_checks": self.stall_checks}
-        path = store.sweep_file(store.experiment_dir(self.config.results_dir,
+        path = history.sweep_file(store.experiment_dir(self.config.results_dir,
                                                      self.config.experiment))
         with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
             try:
-                history = store.read_sweep(path.parent) or {"invocations": []}
+                past = history.read_sweep(path.parent) or {"invocations": []}
             except store.StoreError as err:
-                print(store.set_aside(path, err), file=sys.stderr)
-                history = {"invocations": []}
-            history["invocations"].append({
+                print(history.set_aside(path, err), file=sys.stderr)
+                past = {"invocations": []}
+            past["invocations"].append({
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
                 **record, "outcomes": dict(self.outcomes), "wall_seconds": round(wall, 1),
                 "launcher": self.config.hydra.launcher._target_.rsplit(".", 1)[-1],
                 "machine": machine()})
-            history["wall_seconds"] = round(sum(i["wall_seconds"]
-                                                for i in history["invocations"]), 1)
-            files.atomic_write_text(path, json.dumps(history, indent=2) + "\n")
+            past["wall_seconds"] = round(sum(i["wall_seconds"]
+                                              for i in past["invocations"]), 1)
+            files.atomic_write_text(path, json.dumps(past, indent=2) + "\n")

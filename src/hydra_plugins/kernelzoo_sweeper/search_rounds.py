@@ -34,7 +34,7 @@ from filelock import FileLock
 from omegaconf import OmegaConf
 
 from kernelzoo import config
-from kernelzoo.records import files, store
+from kernelzoo.records import files, history, store
 from kernelzoo.config import SearchConf
 from kernelzoo.search import VIEWS, Observation, Probe, make_spec, search_views
 from kernelzoo.words import plural
@@ -196,7 +196,7 @@ class SearchRounds:
         (read back as any probe is): the search continues from all of them. Returns the last
         round recorded, after which this invocation's rounds are numbered."""
         try:
-            record = store.read_search(self.exp_dir) or {}
+            record = history.read_search(self.exp_dir) or {}
         except store.StoreError:
             return 0  # _write sets the damaged record aside
         last = resumed = 0
@@ -272,12 +272,12 @@ class SearchRounds:
     def _write(self, all_series: list[Series]) -> None:
         if self.config.dry_run:
             return
-        path = store.search_file(self.exp_dir)
+        path = history.search_file(self.exp_dir)
         with FileLock(str(path) + ".lock"):  # keep the series of another sweep on this store
             try:
-                series = store.read_search(self.exp_dir) or {}
+                series = history.read_search(self.exp_dir) or {}
             except store.StoreError as err:
-                print(store.set_aside(path, err), file=sys.stderr)
+                print(history.set_aside(path, err), file=sys.stderr)
                 series = {}
             series.update({s.key: s.record() for s in all_series})
             files.atomic_write_text(path, json.dumps({"series": series}, indent=1) + "\n")

@@ -26,7 +26,7 @@ from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
 from kernelzoo.analysis.stalls import stall_lines
-from kernelzoo.records.store import experiment_points, finished_points, read_sweep, trained_points
+from kernelzoo.records.history import experiment_points, finished_points, read_sweep, trained_points
 from kernelzoo.analysis.sections import (prediction_section, rank_bound_section, rank_changes,
                                          stall_section)
 from kernelzoo.analysis.rankings import efficiency_table

@@ -21,7 +21,8 @@ from kernelzoo.analysis.capacity import CONFIG_KEYS
 from kernelzoo.analysis.style import (canonical_params, format_value, map_label, query_rank,
                                       sizing_param)
 from kernelzoo.records.files import StoreError
-from kernelzoo.records.store import config_value, read_config, read_search, read_summary
+from kernelzoo.records.history import read_search
+from kernelzoo.records.store import config_value, read_config, read_summary
 
 
 def number(value) -> float:

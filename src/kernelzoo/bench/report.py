@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from kernelzoo.bench import pack as bench_pack
-from kernelzoo.records import files, store
+from kernelzoo.records import files, history, store
 from kernelzoo.words import plural
 
 SWEEP_SECONDS = {"quick": 45, "figure2": 75 * 60}  # the wall-time targets of whole sweeps
@@ -133,7 +133,7 @@ def _header(device, clock, rates, seconds: float) -> list[str]:
     gpu = f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
     return [
         "# kernelzoo benchmark", "",
-        f"- machine: {store.cpu_model()}, {cores} cores{gpu}; torch {torch.__version__}, "
+        f"- machine: {history.cpu_model()}, {cores} cores{gpu}; torch {torch.__version__}, "
         f"{plural(torch.get_num_threads(), 'thread')}, device {device}",
         f"- command: `{' '.join(['python -m kernelzoo.bench'] + sys.argv[1:])}` ({seconds:.0f} s)",
         f"- clock: {'thread CPU time' if clock == 'cpu' else 'wall time'}, best of repeats "
@@ -180,15 +180,15 @@ def sweep_targets(results: Path) -> list[str]:
     for name, seconds in SWEEP_SECONDS.items():
         what = f"`{name}` sweep in at most {_duration(seconds)}"
         try:
-            history = store.read_sweep(results / name)
+            record = history.read_sweep(results / name)
         except store.StoreError as err:
             out.append(f"{what}: unknown, {err}")
             continue
-        if history is None:
+        if record is None:
             out.append(f"{what}: no sweep recorded in {results / name}")
             continue
-        runs, wall = history["invocations"], float(history["wall_seconds"])
-        trained = sum(map(store.trained_points, runs))
+        runs, wall = record["invocations"], float(record["wall_seconds"])
+        trained = sum(map(history.trained_points, runs))
         out.append(f"{what}: {'met' if wall <= seconds else 'NOT met'} ({_duration(wall)} for "
                    f"{trained} trained points over {plural(len(runs), 'invocation')} on "
                    f"{runs[-1].get('machine', 'an unrecorded machine')})")
@@ -276,7 +276,7 @@ def write_estimate(rows: list[dict], stem: Path, command: str, seconds: float,
     inside = sum(low <= r["ratio"] <= high for r in rows)
     lines = [
         "# kernelzoo memory estimate", "",
-        f"- machine: {store.cpu_model()}, {len(os.sched_getaffinity(0))} cores; torch "
+        f"- machine: {history.cpu_model()}, {len(os.sched_getaffinity(0))} cores; torch "
         f"{torch.__version__}, 1 thread, device cpu",
         f"- command: `{command}`" + (f", then `{command} --rebuild` (the estimates of its rows "
                                      "recomputed)" if rebuilt else
