@@ -48,13 +48,17 @@ def verdicts(seeds, capacity, view: str = "loss") -> dict[str, str]:
 
 def test_the_interval_is_welchs():
     base, other = [60.0, 64.0, 61.0], [66.0, 71.0, 64.0, 70.0]
-    d, low, high = learning_rate.welch(base, other, 0.95)
+    test = learning_rate.welch(base, other)
+    low, high = learning_rate.bounds(test, 0.95)
     ours = stats.ttest_ind(other, base, equal_var=False)
-    assert d == pytest.approx(np.mean(other) - np.mean(base))
+    assert test[0] == pytest.approx(np.mean(other) - np.mean(base))
+    assert test[2] == pytest.approx(ours.df)
     assert low == pytest.approx(ours.confidence_interval(0.90).low)
     assert high == pytest.approx(ours.confidence_interval(0.90).high)
-    assert learning_rate.welch([5.0, 5.0], [7.0, 7.0], 0.95)[1:] == (2.0, 2.0)  # no spread
-    assert all(math.isnan(v) for v in learning_rate.welch([5.0], [7.0, 8.0], 0.95)[1:])
+    no_spread = learning_rate.bounds(learning_rate.welch([5.0, 5.0], [7.0, 7.0]), 0.95)
+    assert no_spread == (2.0, 2.0)
+    one_seed = learning_rate.bounds(learning_rate.welch([5.0], [7.0, 8.0]), 0.95)
+    assert all(math.isnan(v) for v in one_seed)
 
 
 def test_moves_does_not_move_and_undecided_on_constructed_seeds():

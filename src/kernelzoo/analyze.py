@@ -19,9 +19,10 @@ search are read alike. Partial sweeps are analysed as far as they go; run direct
 summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
 sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
 report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``), set aside by
-the failure-point rule and listed in the report. Nothing is ever deleted. The command line is checked against ``kernelzoo.config.AnalyzeConfig`` before
-anything runs. The failure-point rule is in ``capacity.py`` (and in every report); the wandb
-dashboard's tables in ``dashboard_tables``, its charts in ``tracking.log_dashboard``.
+the failure-point rule and listed in the report. Nothing is ever deleted. The command line is
+checked against ``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule is
+in ``capacity.py`` (and in every report); the wandb dashboard's tables in ``dashboard_tables``, its
+charts in ``tracking.log_dashboard``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``stall_check=true``: after a sweep's own runs, retrain each stalled run with a longer stopping
 rule, to see whether its never-learned keys can be learned.
 
-A stall (``kernelzoo.analysis.stalls``) is a run that ended by the plateau rule or the step cap with 1 to
-3 keys never learned while its configuration holds that many keys or more in some run. That
+A stall (``kernelzoo.analysis.stalls``) is a run that ended by the plateau rule or the step cap
+with 1 to 3 keys never learned while its configuration holds that many keys or more in some run. That
 makes it look like an optimisation stall rather than a capacity limit, but it does not show it:
 the run did end failing. So the analysis counts every run as it ended, and a stall may move a
 number only where a check shows that the keys can be learned.
@@ -13,10 +13,11 @@ The same seed gives the same initialisation and the same training and evaluation
 neither setting changes anything but when the loop stops (``runner.py``; a larger patience never
 stops a run earlier), so the check replays the stalled run's trajectory up to the step where that
 run stopped (its last evaluation at a multiple of ``eval_every``: a step cap off that grid ends a
-run with one evaluation the check does not make) and then keeps training from there. That is "continue the stalled run from its final state", which the store cannot do
-directly (a run's checkpoint is deleted when it ends); the replay costs the stalled run's steps
-again, and is exact for a run trained alone (bit for bit: the same curve.csv rows), while a run
-trained in a pack beside others (``pack.py``) is replayed to float32 rounding. The question it
+run with one evaluation the check does not make) and then keeps training from there. That is
+"continue the stalled run from its final state", which the store cannot do directly (a run's
+checkpoint is deleted when it ends); the replay costs the stalled run's steps again, and is exact
+for a run trained alone (bit for bit: the same curve.csv rows), while a run trained in a pack beside
+others (``pack.py``) is replayed to float32 rounding. The question it
 answers is the one a stall raises about that very run: was the stopping rule too early? A check
 whose own final eval loss and accuracy pass says yes; one that still fails says that more
 patience does not recover those keys.

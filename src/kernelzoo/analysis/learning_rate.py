@@ -23,8 +23,8 @@ A seed whose value in a view is a bound (outcome never_fails: a lower bound; fai
 an upper bound) enters the test as that value; each row counts such seeds. A lower bound at
 another lr can hide a rise: a "does not move" that rests on such seeds holds for the bounds, not
 for the failure points. Seeds without data are left out. When neither learning rate's seeds
-spread, the interval is d itself. The interval's coverage, the rate of a false "does not move" and the power are checked by
-simulation with known truth (``coverage``).
+spread, the interval is d itself. The interval's coverage, the rate of a false "does not move"
+and the power are checked by simulation with known truth (``coverage``).
 """
 
 from __future__ import annotations
@@ -59,19 +59,25 @@ def _spread(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return n, mean, np.where(n >= 2, ss / (n - 1) / n, np.nan)
 
 
-def welch(base, other, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(d, lower, upper): the difference of means mean(other) - mean(base) over the last axis
-    (NaNs left out) and its one-sided ``level`` lower and upper bounds by Welch's t. NaN bounds
-    where either side has fewer than 2 values; the bounds are d where neither side spreads."""
+def welch(base, other) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, se, dof): the difference of means mean(other) - mean(base) over the last axis (NaNs
+    left out), its standard error and Welch-Satterthwaite degrees of freedom; se is NaN where
+    either side has fewer than 2 values."""
     n0, m0, v0 = _spread(np.asarray(base, float))
     n1, m1, v1 = _spread(np.asarray(other, float))
-    d, se = m1 - m0, np.sqrt(v0 + v1)
     with np.errstate(invalid="ignore", divide="ignore"):
         dof = (v0 + v1) ** 2 / (v0 ** 2 / (n0 - 1) + v1 ** 2 / (n1 - 1))
+    return m1 - m0, np.sqrt(v0 + v1), dof
+
+
+def bounds(test, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper): the one-sided ``level`` bounds of d from ``welch``'s (d, se, dof); NaN
+    without a standard error, d itself where neither side spreads."""
+    d, se, dof = test
     spread = np.isfinite(se) & (se > 0)
     half = np.where(spread, stats.t.ppf(level, np.where(spread, dof, 1.0)) * se,
                     np.where(np.isfinite(se), 0.0, np.nan))
-    return d, d - half, d + half
+    return d - half, d + half
 
 
 def decide(lower, upper, delta) -> np.ndarray:
@@ -140,9 +146,9 @@ def _row(group: str, view: str, part: pd.DataFrame, base_rate: float, others: li
     level = 1 - ALPHA / len(others)
     differences, lower, upper = [], [], []
     for r in others:
-        d, low, _ = welch(base, at[r], level)
-        _, _, high = welch(base, at[r], 1 - ALPHA)
-        differences.append((r, float(d), float(low), float(high)))
+        test = welch(base, at[r])
+        low, high = bounds(test, level)[0], bounds(test, 1 - ALPHA)[1]
+        differences.append((r, float(test[0]), float(low), float(high)))
         lower.append(float(low))
         upper.append(float(high))
     highest = float(np.max(upper))  # NaN when an lr has no interval
@@ -175,11 +181,12 @@ def section(seeds: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
     for r in found.itertuples():
         diffs = "; ".join(f"{lr:g}: {d:+.3g} [{cell(low)}, {cell(high)}]"
                           for lr, d, low, high in r.differences)
-        bounds = (", ".join(f"{n} of {r.values} {o} ({BOUND_WORDS[o]})" for o, n in r.bounds.items())
-                  + ", tested as values") if r.bounds else "none"
+        bound_cell = (", ".join(f"{n} of {r.values} {o} ({BOUND_WORDS[o]})"
+                                for o, n in r.bounds.items())
+                      + ", tested as values") if r.bounds else "none"
         lines.append(f"| {r.label} | {VIEW_WORDS[r.view]} | {r.lrs} | {_seeds_cell(r.n)} | "
                      f"{cell(r.mean)} | {diffs} | {cell(r.margin)} | {r.verdict} | "
-                     f"{cell(r.decided_at)} | {bounds} |")
+                     f"{cell(r.decided_at)} | {bound_cell} |")
     lines.append("")
     for view in VIEWS:
         mine = found[found["view"] == view]
@@ -227,9 +234,9 @@ def coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_dot: float = 
     x = simulate(rng, studies, seeds, means, sds, noise, outlier_rate, outlier_factor)
     truth = (means[1:] - means[0]) * (1 - outlier_rate * (1 - outlier_factor))
     base, other = x[:, :1, :], x[:, 1:, :]
-    _, low95, high95 = welch(base, other, 1 - ALPHA / 2)
-    _, lower, _ = welch(base, other, 1 - ALPHA / m)
-    _, _, upper = welch(base, other, 1 - ALPHA)
+    test = welch(base, other)
+    low95, high95 = bounds(test, 1 - ALPHA / 2)
+    lower, upper = bounds(test, 1 - ALPHA / m)[0], bounds(test, 1 - ALPHA)[1]
     verdicts = decide(lower, upper, delta)
     return {"covers": float(((low95 <= truth) & (truth <= high95)).mean()),
             "upper": float((truth <= upper).mean()), "lower": float((lower <= truth).mean()),

@@ -9,10 +9,10 @@ y_i = c_i W phi(q_i), c_i a scalar (the attention normalisation; 1 for delta), s
 lie in a subspace U of dimension r <= d_dot; fwm's LayerNorm subtracts each output's mean,
 which adds one direction: r = d_dot + 1. Here d_dot is the number of features a query reads
 (``FeatureMap.query_rank_of``): a cosFormer query, at the end of its sequence, reads d_key of
-its 2 d_key features, so its read-out has rank d_key whatever the state's width. For each query ||p_i - y_i||^2 >= 1 - ||P_U p_i||^2
-=: f_i, with f_i in [0, 1] and, the p_i being orthonormal, sum_i ||P_U p_i||^2 <= trace(P_U) = r,
-so sum_i f_i >= Q - r (Eckart-Young for a permutation matrix). A query's loss is
-0.5 ||p_i - y_i||^2 >= 0.5 f_i.
+its 2 d_key features, so its read-out has rank d_key whatever the state's width. For each
+query ||p_i - y_i||^2 >= 1 - ||P_U p_i||^2 =: f_i, with f_i in [0, 1] and, the p_i being
+orthonormal, sum_i ||P_U p_i||^2 <= trace(P_U) = r, so sum_i f_i >= Q - r (Eckart-Young for a
+permutation matrix). A query's loss is 0.5 ||p_i - y_i||^2 >= 0.5 f_i.
 
 The authors' batch-mean weighting: a sequence's queries fall into C = ceil(Q / b) chunks of
 b = eval_query_batch queries in key order (the last one shorter), and the eval loss is the mean

@@ -336,10 +336,11 @@ def _seed_points(ax, i: int, values: pd.Series, outcomes: pd.Series, color) -> b
 def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dict,
                         out_dir: Path) -> Path:
     """One panel per view: failure point / d_dot per configuration (log scale where it spans
-    more than a factor 4), most efficient first: the median over seeds (large marker, a triangle where it is a bound), its
-    order-statistic interval (solid, its level in the legend) or one seed's bracket (dashed),
-    and beside it each seed's own value (``seeds``: ``capacity.seed_table``). The loss view
-    leaves fwm out (its loss is at least 0.5 / S: ``update_rules``), naming it."""
+    more than a factor 4), most efficient first: the median over seeds (large marker, a triangle
+    where it is a bound), its order-statistic interval (solid, its level in the legend) or one
+    seed's bracket (dashed), and beside it each seed's own value (``seeds``:
+    ``capacity.seed_table``). The loss view leaves fwm out (its loss is at least 0.5 / S:
+    ``update_rules``), naming it."""
     table = efficiency_table(capacity)
     most = int(table.groupby("view").size().max())
     fig = Figure(figsize=(max(6.0, 0.5 * most + 2.5), 3.6 * len(VIEWS)), layout="constrained")
