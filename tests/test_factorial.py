@@ -113,8 +113,6 @@ def test_analyze_writes_factorial_csv_and_section(tmp_path):
     report its section, and docs' lines read the csv (figures drawn too: make test-slow)."""
     from synthetic import analyze_store, write_series
 
-    from kernelzoo import results_doc
-
     grid = [8, 16, 24, 32, 40, 48]
     for redraw, stabilize, last in (("every_call", False, 8), ("every_call", True, 8),
                                     ("never", False, 24), ("never", True, 32)):
@@ -130,6 +128,6 @@ def test_analyze_writes_factorial_csv_and_section(tmp_path):
     redraw = table[(table["effect"] == "redraw") & (table["view"] == "loss")].iloc[0]
     assert redraw.ratio > 2 and redraw.ci_low <= redraw.ratio <= redraw.ci_high
     assert "## Factorial" in (exp / "report.md").read_text()
-    lines = results_doc.factorial_lines(table)
+    lines = factorial.summary(table)
     assert lines[0].startswith("Factorial favor d_key=64 d_dot=32 (redraw every_call -> never")
     assert any(line.startswith("- loss: redraw x") for line in lines)

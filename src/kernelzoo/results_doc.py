@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from kernelzoo.analysis import learning_rate, prediction, rankings, scaling
+from kernelzoo.analysis import factorial, learning_rate, prediction, rankings, scaling
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
@@ -150,24 +150,7 @@ def section(experiment: str, root: Path) -> list[str]:
         lines.append("")
     lines += rankings.section(table, level=3)
     if (store / "factorial.csv").exists():
-        lines += factorial_lines(pd.read_csv(store / "factorial.csv"))
-    return lines
-
-
-def factorial_lines(effects: pd.DataFrame) -> list[str]:
-    """Per 2^k design of a store (``factorial.csv``), each view's main effects and two-factor
-    interactions: the ratio on the failure point with its 95% interval."""
-    lines = []
-    for title, rows in effects.groupby("design", sort=False):
-        lines += [f"Factorial {title} ({rows['factors'].iloc[0]}; {rows['seeds'].iloc[0]} "
-                  "seeds): each change's ratio on the failure point, 95% interval "
-                  "(`analysis/factorial.py`):", ""]
-        for view, of_view in rows[rows["order"] <= 2].groupby("view", sort=False):
-            lines.append(f"- {VIEW_WORDS[view]}: " + "; ".join(
-                f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
-                + (f" ({r.bounds} bounds)" if r.bounds else "") for r in of_view.itertuples())
-                + ".")
-        lines.append("")
+        lines += factorial.summary(pd.read_csv(store / "factorial.csv"))
     return lines
 
 
@@ -196,8 +179,7 @@ def document(root: Path = ROOT) -> str:
 
 def analysis_document() -> str:
     """docs/analysis.md: every rule of the analysis, quoted from the module that applies it."""
-    from kernelzoo.analysis import (capacity, factorial, intervals, rank_bound, rankings, report,
-                                    stalls)
+    from kernelzoo.analysis import capacity, intervals, rank_bound, rankings, report, stalls
     from kernelzoo.core import diagnostics
     from kernelzoo.analysis.rankings import HEADLINE_WHY
     from kernelzoo.analysis.report import CAPTIONS, PUBLISHED_NOTE, REFERENCE_NOTE

@@ -183,10 +183,29 @@ def section(found: pd.DataFrame) -> list[str]:
                 if r.empty:
                     cells.append("-")
                     continue
-                r = r.iloc[0]
-                mark = f" ({r.bounds} bounds)" if r.bounds else ""
-                cells.append(f"x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]{mark}")
+                cells.append(effect_cell(r.iloc[0]))
             lines.append(f"| {effect} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def effect_cell(r) -> str:
+    """One effect in one view: its ratio on the failure point, 95% interval, bound seeds."""
+    return (f"x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
+            + (f" ({r.bounds} bounds)" if r.bounds else ""))
+
+
+def summary(effects: pd.DataFrame) -> list[str]:
+    """docs/results.md's lines per 2^k design (``table``'s rows or factorial.csv): each view's
+    main effects and two-factor interactions."""
+    lines = []
+    for title, rows in effects.groupby("design", sort=False):
+        lines += [f"Factorial {title} ({rows['factors'].iloc[0]}; {rows['seeds'].iloc[0]} "
+                  "seeds): each change's ratio on the failure point, 95% interval "
+                  "(`analysis/factorial.py`):", ""]
+        for view, of_view in rows[rows["order"] <= 2].groupby("view", sort=False):
+            lines.append(f"- {VIEW_WORDS[view]}: " + "; ".join(
+                f"{r.effect} {effect_cell(r)}" for r in of_view.itertuples()) + ".")
         lines.append("")
     return lines
 

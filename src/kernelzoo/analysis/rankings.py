@@ -107,12 +107,20 @@ def swaps_apart(capacity: pd.DataFrame, label: str, size_rows: pd.DataFrame, a: 
     return apart
 
 
+def diluted(r):
+    """Whether capacity row ``r`` (or each row of a capacity table) has a diluted read-out: the
+    loss view fails (fails_at) and the accuracy view's failure point is above ``DILUTED`` x the
+    loss view's."""
+    return (r["outcome"] == "fails_at") & (r["observed_capacity_acc"]
+                                           > DILUTED * r["observed_capacity"])
+
+
 def causes(r, best: str, worst: str) -> list[str]:
     """The causes of the module docstring that explain capacity row ``r`` ranking best in view
     ``best`` and worst in ``worst``."""
     found = []
     loss, acc, keys = r.observed_capacity, r.observed_capacity_acc, r.observed_capacity_keys
-    if worst == "loss" and r.outcome == "fails_at" and acc > DILUTED * loss:
+    if worst == "loss" and diluted(r):
         found.append(f"diluted read-out (accuracy {acc:.3g} against loss {loss:.3g})")
     if best == "keys_retrieved" and r.outcome_acc == "fails_at" and keys > PARTIAL * acc:
         found.append(f"partial retrieval ({keys:.3g} keys retrieved against accuracy {acc:.3g})")
@@ -278,13 +286,12 @@ def view_agreement(capacity: pd.DataFrame) -> list[str]:
     crosses tau while the keys are still answered right)."""
     lines = [f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = {rho:.2f} over {n} "
              "configurations." for v, w, rho, n in view_rhos(capacity)]
-    diluted = capacity[(capacity["outcome"] == "fails_at")
-                       & (capacity["observed_capacity_acc"] > DILUTED * capacity["observed_capacity"])]
-    if len(diluted):
+    found = capacity[diluted(capacity)]
+    if len(found):
         lines.append("- Loss view failing before the accuracy view (the read-out is diluted: the "
                      "loss crosses tau while the keys are still answered right; ratio "
                      f"accuracy / loss above {DILUTED:g}): " + "; ".join(
                          f"{r.label} {cell(r.observed_capacity)} against "
                          f"{bound(r.observed_capacity_acc, r.outcome_acc)}"
-                         for r in diluted.itertuples()) + ".")
+                         for r in found.itertuples()) + ".")
     return lines
