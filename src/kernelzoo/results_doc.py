@@ -10,8 +10,8 @@ Every study gets a section: what it runs (its experiment file's header), what it
 training steps, run and sweep wall time, machine), its capacity table in the three views
 (``capacity.py``), the published and d_dot comparisons where they apply, the d_dot law per
 view (``scaling.py``), how far the views' rankings agree and, for a study run at several
-learning rates, the learning-rate test's verdicts (``learning_rate.py``, on the seeds' failure
-points of runs.parquet at the analysis' default thresholds). The last section pools the
+learning rates or stopping rules, the optimisation test's verdicts (``optimisation.py``, on the
+seeds' failure points of runs.parquet at the analysis' default thresholds). The last section pools the
 prediction scores (``prediction.py``) over every store. README holds a short summary between
 the markers ``<!-- results:start -->`` and ``<!-- results:end -->``. ``docs/analysis.md`` quotes
 every rule from the docstring of the module that applies it.
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from kernelzoo.analysis import factorial, learning_rate, prediction, rankings, scaling
+from kernelzoo.analysis import factorial, optimisation, prediction, rankings, scaling
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
@@ -35,7 +35,7 @@ from kernelzoo.analysis.style import bound, cell
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
-           "favor_diagnosis", "lr_robustness")
+           "favor_diagnosis", "lr_robustness", "lr_patience")
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
@@ -87,38 +87,45 @@ def agreement(table: pd.DataFrame) -> str:
             + "; ".join(parts) + ".") if parts else ""
 
 
-def learning_rates(store: Path, table: pd.DataFrame) -> list[str]:
-    """The learning-rate test's verdict per configuration and view ([] without configurations
-    at several learning rates): ``learning_rate.table`` on the store's runs."""
-    if "lr" not in table or table["lr"].nunique() < 2:
+def optimisation_verdicts(store: Path, table: pd.DataFrame) -> list[str]:
+    """The optimisation test's verdict per configuration, setting and view ([] without
+    configurations at several levels of a setting): ``optimisation.table`` on the store's
+    runs."""
+    if not any(s.level(label) for s in optimisation.SETTINGS for label in table["label"]):
         return []
     runs = pd.read_parquet(store / "runs.parquet")
     if "stall_check_of" in runs:
         runs = runs[runs["stall_check_of"].isna()]
     defaults = AnalyzeConfig()
-    found = learning_rate.table(seed_table(runs, defaults.threshold, defaults.accuracy_threshold),
-                                table)
-    if found.empty:
-        return []
-    lines = ["Does the failure point move with the learning rate? The test of the report's "
-             "\"Learning rate\" section (`docs/analysis.md`): \"moves\" when some lr raises it "
-             "above lr 1e-3's, \"does not move\" when none raises it by the margin, 0.1 d_dot "
-             "keys, and undecided otherwise; seed values that are bounds (never_fails, "
-             "fails_everywhere) are tested as values.", "",
-             "| configuration | margin (keys) | " + " | ".join(f"{VIEW_WORDS[v]} view"
-                                                         for v in VIEWS) + " |",
-             "|---|---|" + "---|" * len(VIEWS)]
-    for label, rows in found.groupby("label", sort=False):
-        rows = rows.set_index("view")
-        cells = []
-        for v in VIEWS:
-            r = rows.loc[v]
-            words = r["verdict"] + (f" (needs a margin above {cell(r['decided_at'])})"
-                                    if r["verdict"] == "undecided" else "")
-            bounds = sum(r["bounds"].values())
-            cells.append(words + (f"; {bounds} of {r['values']} bounds" if bounds else ""))
-        lines.append(f"| {label} | {cell(rows['margin'].iloc[0])} | " + " | ".join(cells) + " |")
-    return lines + [""]
+    seeds = seed_table(runs, defaults.threshold, defaults.accuracy_threshold)
+    lines = []
+    for setting in optimisation.SETTINGS:
+        found = optimisation.table(seeds, table, setting)
+        if found.empty:
+            continue
+        published = setting.words(tuple(float(v) for v in setting.published))
+        lines += [f"Does the failure point move with the {setting.heading.lower()}? The test of "
+                  "the report's \"Capacity or optimisation?\" section (`docs/analysis.md`): "
+                  f"\"moves\" when another level raises it above {published}'s, \"does not "
+                  "move\" when none raises it by the margin, 0.1 d_dot keys, and undecided "
+                  "otherwise; seed values that are bounds (never_fails, fails_everywhere) are "
+                  "tested as values.", "",
+                  "| configuration | margin (keys) | " + " | ".join(f"{VIEW_WORDS[v]} view"
+                                                              for v in VIEWS) + " |",
+                  "|---|---|" + "---|" * len(VIEWS)]
+        for label, rows in found.groupby("label", sort=False):
+            rows = rows.set_index("view")
+            cells = []
+            for v in VIEWS:
+                r = rows.loc[v]
+                words = r["verdict"] + (f" (needs a margin above {cell(r['decided_at'])})"
+                                        if r["verdict"] == "undecided" else "")
+                bounds = sum(r["bounds"].values())
+                cells.append(words + (f"; {bounds} of {r['values']} bounds" if bounds else ""))
+            lines.append(f"| {label} | {cell(rows['margin'].iloc[0])} | " + " | ".join(cells)
+                         + " |")
+        lines.append("")
+    return lines
 
 
 def section(experiment: str, root: Path) -> list[str]:
@@ -140,7 +147,7 @@ def section(experiment: str, root: Path) -> list[str]:
                               for r in theirs.itertuples()) + ".", ""]
     rho = agreement(table)
     lines += [rho, ""] if rho else []
-    lines += learning_rates(store, table)
+    lines += optimisation_verdicts(store, table)
     laws = pd.read_csv(store / "scaling.csv") if (store / "scaling.csv").exists() else None
     if laws is not None and not laws.empty and laws["d_dot"].groupby(laws["family"]).nunique().max() >= 2:
         lines += ["The d_dot law per view:", ""]
@@ -193,7 +200,8 @@ def analysis_document() -> str:
         ("The rank bound", rank_bound, rank_bound.DERIVATION),
         ("Intervals", intervals, intervals.RULE),
         ("Does capacity follow d_dot?", scaling, scaling.RULE),
-        ("Does the failure point move with the learning rate?", learning_rate, learning_rate.RULE),
+        ("Capacity or optimisation: the learning rate and the stopping rule", optimisation,
+         optimisation.RULE),
         ("Stalls and their checks", stalls, stalls.RULE),
         ("Rankings per view and why they disagree", rankings, rankings.RULE),
         ("Factorial effects", factorial, factorial.RULE),

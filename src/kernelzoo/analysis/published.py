@@ -61,6 +61,8 @@ def load() -> pd.DataFrame:
 
 
 PUBLISHED_LR = "0.001"  # the analysis' lr column (style.format_value) of the authors' 1e-3
+# the authors' stopping rule (task-spec "Training"), as labels write the settings
+PUBLISHED_STOPPING = {"trainer.patience": "10", "trainer.max_steps": "100000"}
 
 
 def _matches(name: str, rule: str, d_key: int, config) -> bool:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from kernelzoo.analysis import learning_rate
+from kernelzoo.analysis import optimisation
 from kernelzoo.analysis.capacity import SUFFIX
 
 
@@ -41,23 +41,23 @@ def study(configurations: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def verdicts(seeds, capacity, view: str = "loss") -> dict[str, str]:
-    found = learning_rate.table(seeds, capacity)
+    found = optimisation.table(seeds, capacity)
     found = found[found["view"] == view]
     return dict(zip(found["label"], found["verdict"]))
 
 
 def test_the_interval_is_welchs():
     base, other = [60.0, 64.0, 61.0], [66.0, 71.0, 64.0, 70.0]
-    test = learning_rate.welch(base, other)
-    low, high = learning_rate.bounds(test, 0.95)
+    test = optimisation.welch(base, other)
+    low, high = optimisation.bounds(test, 0.95)
     ours = stats.ttest_ind(other, base, equal_var=False)
     assert test[0] == pytest.approx(np.mean(other) - np.mean(base))
     assert test[2] == pytest.approx(ours.df)
     assert low == pytest.approx(ours.confidence_interval(0.90).low)
     assert high == pytest.approx(ours.confidence_interval(0.90).high)
-    no_spread = learning_rate.bounds(learning_rate.welch([5.0, 5.0], [7.0, 7.0]), 0.95)
+    no_spread = optimisation.bounds(optimisation.welch([5.0, 5.0], [7.0, 7.0]), 0.95)
     assert no_spread == (2.0, 2.0)
-    one_seed = learning_rate.bounds(learning_rate.welch([5.0], [7.0, 8.0]), 0.95)
+    one_seed = optimisation.bounds(optimisation.welch([5.0], [7.0, 8.0]), 0.95)
     assert all(math.isnan(v) for v in one_seed)
 
 
@@ -72,13 +72,14 @@ def test_moves_does_not_move_and_undecided_on_constructed_seeds():
         ("Taylor", 66): {"0.001": [60.0, 61.0, 62.0]}})  # one lr
     assert verdicts(seeds, capacity) == {"DPFP-1": "undecided", "ELU+1 d_key=16": "moves",
                                          "ELU+1 d_key=64": "does not move"}
-    found = learning_rate.table(seeds, capacity)
+    found = optimisation.table(seeds, capacity)
     row = found[(found["label"] == "DPFP-1") & (found["view"] == "loss")].iloc[0]
     assert row["margin"] == pytest.approx(12.8)  # 0.1 x d_dot, in keys
     assert row["decided_at"] == pytest.approx(row["differences"][0][3]) and \
         row["decided_at"] > row["margin"]
     elu = found[(found["label"] == "ELU+1 d_key=64") & (found["view"] == "loss")].iloc[0]
-    assert [lr for lr, *_ in elu["differences"]] == [0.003, 0.01] and elu["lrs"] == "0.001, 0.003, 0.01"
+    assert [lr for lr, *_ in elu["differences"]] == ["lr 0.003", "lr 0.01"]
+    assert elu["levels"] == "lr 0.001, lr 0.003, lr 0.01"
     assert set(found["view"]) == {"loss", "accuracy", "keys_retrieved"}
 
 
@@ -89,7 +90,7 @@ def test_a_rise_below_the_margin_is_not_shown_without_enough_seeds():
                                               "0.003": [63.0, 64.0, 62.0]}})
     assert verdicts(seeds, capacity) == {"ELU+1": "moves"}
     seeds, capacity = study({("ELU+1", 64): {"0.001": [50.0, 51.0, 49.0], "0.003": [50.0]}})
-    row = learning_rate.table(seeds, capacity).iloc[0]
+    row = optimisation.table(seeds, capacity).iloc[0]
     assert row["verdict"] == "undecided" and math.isnan(row["decided_at"]) and row["n"] == [3, 1]
 
 
@@ -97,9 +98,9 @@ def test_bounds_are_tested_as_values_and_counted():
     seeds, capacity = study({("DPFP-1", 32): {
         "0.001": ([30.0, 30.0, 29.0], "fails_at", "never_fails"),
         "0.003": ([30.0, 29.0, 30.0], "fails_at", "never_fails")}})
-    keys = learning_rate.table(seeds, capacity).set_index("view").loc["keys_retrieved"]
+    keys = optimisation.table(seeds, capacity).set_index("view").loc["keys_retrieved"]
     assert keys["bounds"] == {"never_fails": 6} and keys["verdict"] == "does not move"
-    lines = learning_rate.section(seeds, capacity)
+    lines = optimisation.section(seeds, capacity)
     row = next(line for line in lines if "| keys retrieved |" in line)
     assert "6 of 6 never_fails (lower bounds), tested as values" in row
     assert next(line for line in lines if "| loss |" in line).endswith("| none |")
@@ -108,7 +109,7 @@ def test_bounds_are_tested_as_values_and_counted():
 def test_a_map_without_d_dot_takes_a_tenth_of_its_median_at_1e_3_as_margin():
     seeds, capacity = study({("softmax", None): {"0.001": [200.0, 210.0, 190.0],
                                                   "0.003": [200.0, 205.0, 195.0]}})
-    assert learning_rate.table(seeds, capacity)["margin"].iloc[0] == pytest.approx(20.0)
+    assert optimisation.table(seeds, capacity)["margin"].iloc[0] == pytest.approx(20.0)
 
 
 def test_configurations_split_by_their_settings_are_tested_apart():
@@ -119,14 +120,45 @@ def test_configurations_split_by_their_settings_are_tested_apart():
                                          "ELU+1 trainer.patience=30": "moves"}
 
 
+def test_the_stopping_rule_is_tested_against_the_published_one():
+    """lr_patience's labels carry both settings (``settings.split``): patience 10 with 100,000
+    steps is the published level; a rise under patience 30 is "moves", a flat 2x2 "does not
+    move", and the report gets a "Stopping rule" section beside no "Learning rate" one."""
+    def labels(head, values):
+        return {f"trainer.max_steps={cap} trainer.patience={pat}": v
+                for (pat, cap), v in zip([(10, 100000), (10, 200000), (30, 100000),
+                                          (30, 200000)], values)}
+    flat = [[64.0, 63.0, 65.0]] * 4
+    rising = [[40.0, 41.0, 39.0], [41.0, 40.0, 42.0], [60.0, 61.0, 59.0], [61.0, 60.0, 62.0]]
+    seeds, capacity = [], []
+    for head, d_dot, values in (("ELU+1", 64, flat), ("T2R", 64, rising)):
+        for words, v in labels(head, values).items():
+            seeds += seeds_of(f"{head} {words}", v)
+            capacity.append({"label": f"{head} {words}", "d_dot": d_dot})
+    seeds, capacity = pd.DataFrame(seeds), pd.DataFrame(capacity)
+    assert optimisation.table(seeds, capacity).empty  # no learning rates here
+    found = optimisation.table(seeds, capacity, optimisation.STOPPING_RULE)
+    loss = found[found["view"] == "loss"].set_index("label")
+    assert loss["verdict"].to_dict() == {"ELU+1": "does not move", "T2R": "moves"}
+    assert loss.loc["T2R", "levels"] == ("patience 10 max_steps 100000, patience 10 max_steps "
+                                         "200000, patience 30 max_steps 100000, patience 30 "
+                                         "max_steps 200000")
+    assert [lv for lv, *_ in loss.loc["T2R", "differences"]][1] == "patience 30 max_steps 100000"
+    assert loss.loc["T2R", "differences"][1][1] == pytest.approx(20.0)
+    lines = optimisation.section(seeds, capacity)
+    assert "### Stopping rule" in lines and "### Learning rate" not in lines
+    assert ("- loss view, 2 configurations: moves: 1; does not move: 1; undecided: 0 (moves: "
+            "T2R)." in lines)
+
+
 def test_the_section_is_empty_without_learning_rates_to_compare():
     seeds, capacity = study({("ELU+1", 16): {"0.001": [16.0, 16.0, 16.0]}})
-    assert learning_rate.section(seeds, capacity) == []
-    assert learning_rate.section(seeds, capacity.drop(columns="lr")) == []  # no lr column
+    assert optimisation.section(seeds, capacity) == []
     seeds, capacity = study({("ELU+1", 16): {"0.001": [16.0, 15.9, 16.1],
                                                 "0.003": [16.0, 15.9, 16.1]}})
-    lines = learning_rate.section(seeds, capacity)
-    assert lines[0] == "## Learning rate" and lines[2] == learning_rate.RULE
+    lines = optimisation.section(seeds, capacity)
+    assert lines[:5] == ["## Capacity or optimisation?", "", optimisation.RULE, "",
+                         "### Learning rate"]
     assert "- loss view, 1 configuration: moves: 0; does not move: 1; undecided: 0." in lines
 
 
@@ -137,7 +169,7 @@ def test_the_section_is_empty_without_learning_rates_to_compare():
 
 @pytest.mark.parametrize("seeds, noise", [(3, "normal"), (5, "normal"), (3, "lognormal")])
 def test_the_interval_covers_the_true_difference_at_its_level(seeds, noise):
-    got = learning_rate.coverage(4000, seed=1, seeds=seeds, noise=noise)
+    got = optimisation.coverage(4000, seed=1, seeds=seeds, noise=noise)
     assert 0.945 <= got["covers"] <= 0.97, got  # two-sided 95%; 96.0%, 95.8%, 95.9% here
     assert got["upper"] >= 0.945 and got["lower"] >= 0.985, got  # 95%; 1 - 0.05/4 = 98.75%
     assert got["moves"] <= 0.05, got  # no lr raises it: the Bonferroni bound holds the rate
@@ -151,7 +183,7 @@ def test_a_rise_of_exactly_the_margin_is_rarely_called_does_not_move(seeds, outl
     outliers (a seed at half its failure point) widen the intervals more than they shrink the
     rise, so the false rate stays under 5% with them too: at these seeds 3.0% and 2.6% at 3 and
     5 seeds, 1.9% with 10% stalls at 3 seeds, 2.5% with 20% at 5."""
-    got = learning_rate.coverage(4000, seed=2, seeds=seeds, rises=(1.0, -3.0, -3.0, -3.0),
+    got = optimisation.coverage(4000, seed=2, seeds=seeds, rises=(1.0, -3.0, -3.0, -3.0),
                                  outlier_rate=outlier_rate)
     assert got["does not move"] <= most, got
 
@@ -159,8 +191,8 @@ def test_a_rise_of_exactly_the_margin_is_rarely_called_does_not_move(seeds, outl
 def test_the_power_to_say_does_not_move_at_3_and_5_seeds():
     """No lr moves the failure point; the test says so in 16% of studies at 3 seeds, 45% at 5
     and 83% at 10, with seeds spread by 0.05 d_dot; at 0.03 d_dot, 53% and 86% (these seeds)."""
-    power = {n: learning_rate.coverage(4000, seed=3, seeds=n)["does not move"] for n in (3, 5, 10)}
+    power = {n: optimisation.coverage(4000, seed=3, seeds=n)["does not move"] for n in (3, 5, 10)}
     assert 0.12 <= power[3] <= 0.20 and 0.42 <= power[5] <= 0.52 and power[10] >= 0.78, power
-    tight = {n: learning_rate.coverage(4000, seed=3, seeds=n, sd=0.03)["does not move"]
+    tight = {n: optimisation.coverage(4000, seed=3, seeds=n, sd=0.03)["does not move"]
              for n in (3, 5)}
     assert 0.48 <= tight[3] <= 0.58 and tight[5] >= 0.83, tight

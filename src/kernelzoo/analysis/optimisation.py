@@ -1,0 +1,276 @@
+"""Is a failure point capacity, or optimisation? It is tested against the training settings
+that could set it: the learning rate (experiment ``lr_robustness``) and the stopping rule,
+patience and step cap (``lr_patience``). Pure: it reads no file.
+
+The optimisation test
+---------------------
+A setting's levels are read from the configuration's label: the learning rate ("lr=0.001") and
+the stopping rule ("trainer.patience=10 trainer.max_steps=100000", the words ``settings.split``
+adds). A configuration less those words that ran at two levels or more, the published one among
+them (lr 1e-3; patience 10 with a 100,000-step cap), is tested in each view (loss, accuracy, keys
+retrieved) on its seeds' failure points (``capacity.seed_table``). For each other level, d is the
+difference of the mean failure points over seeds (that level minus the published one), with
+Welch's t interval (unequal variances, Welch-Satterthwaite degrees of freedom; 2 seeds or more at
+both levels, else no interval). With m other levels and a margin delta = 0.1 x d_dot keys (0.1 x
+the median failure point at the published level for a map without d_dot), the verdict is:
+- "moves" when some level raises the failure point: the lower end of its one-sided (1 - 0.05/m)
+  interval (Bonferroni over the m levels) is above 0. The limit at the published setting is then
+  the optimiser's. This is checked first: a rise shown above 0 is "moves" even when below delta.
+- "does not move" when no level raises it by delta or more: every other level's one-sided 95%
+  upper bound of d is below +delta (an intersection-union test: a 5% level with no multiplicity
+  adjustment). A lower failure point at another level does not count against capacity: a worse
+  lr may fail earlier; the question is whether any setting retrieves more.
+- "undecided" otherwise; the smallest margin that would have said "does not move" is the
+  largest upper bound, in keys, a measure of the test's power on these seeds.
+A seed whose value in a view is a bound (outcome never_fails: a lower bound; fails_everywhere:
+an upper bound) enters the test as that value; each row counts such seeds. A lower bound at
+another level can hide a rise: a "does not move" that rests on such seeds holds for the bounds,
+not for the failure points. Seeds without data are left out. When neither level's seeds spread,
+the interval is d itself. The interval's coverage, the rate of a false "does not move" and the
+power are checked by simulation with known truth (``coverage``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.published import PUBLISHED_LR, PUBLISHED_STOPPING
+from kernelzoo.analysis.style import cell, natural_key
+from kernelzoo.words import plural
+
+MARGIN = 0.1  # delta = MARGIN x d_dot keys
+ALPHA = 0.05
+VERDICTS = ("moves", "does not move", "undecided")
+BOUND_WORDS = {"never_fails": "lower bounds", "fails_everywhere": "upper bounds"}
+BOUNDS = tuple(BOUND_WORDS)
+RULE = __doc__.partition("---\n")[2].strip()
+
+
+def _spread(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(count, mean, variance of the mean) over the last axis, NaNs left out; NaN below 2."""
+    ok = np.isfinite(x)
+    n = ok.sum(-1)
+    total = np.where(ok, x, 0.0).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / n
+        ss = np.where(ok, (x - mean[..., None]) ** 2, 0.0).sum(-1)
+        return n, mean, np.where(n >= 2, ss / (n - 1) / n, np.nan)
+
+
+def welch(base, other) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, se, dof): the difference of means mean(other) - mean(base) over the last axis (NaNs
+    left out), its standard error and Welch-Satterthwaite degrees of freedom; se is NaN where
+    either side has fewer than 2 values."""
+    n0, m0, v0 = _spread(np.asarray(base, float))
+    n1, m1, v1 = _spread(np.asarray(other, float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dof = (v0 + v1) ** 2 / (v0 ** 2 / (n0 - 1) + v1 ** 2 / (n1 - 1))
+    return m1 - m0, np.sqrt(v0 + v1), dof
+
+
+def bounds(test, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper): the one-sided ``level`` bounds of d from ``welch``'s (d, se, dof); NaN
+    without a standard error, d itself where neither side spreads."""
+    d, se, dof = test
+    spread = np.isfinite(se) & (se > 0)
+    half = np.where(spread, stats.t.ppf(level, np.where(spread, dof, 1.0)) * se,
+                    np.where(np.isfinite(se), 0.0, np.nan))
+    return d - half, d + half
+
+
+def decide(lower, upper, delta) -> np.ndarray:
+    """The verdict (module docstring) from each other level's Bonferroni ``lower`` bound and
+    95% ``upper`` bound, the levels along the last axis; ``delta`` a number or one per
+    leading index."""
+    lower, upper = np.asarray(lower, float), np.asarray(upper, float)
+    moves = (lower > 0).any(-1)
+    holds = (upper < np.asarray(delta, float)[..., None]).all(-1)
+    return np.where(moves, VERDICTS[0], np.where(holds, VERDICTS[1], VERDICTS[2]))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A training setting the test varies: its report heading, the label words that carry its
+    levels (``key=value``) and the published level, one value per key."""
+
+    heading: str
+    keys: tuple[str, ...]
+    published: tuple[str, ...]
+
+    def level(self, label: str) -> tuple[float, ...] | None:
+        """The level ``label`` names (None when it names no value of some key)."""
+        words = dict(w.split("=", 1) for w in label.split(" ") if "=" in w)
+        try:
+            return tuple(float(words[k]) for k in self.keys)
+        except (KeyError, ValueError):
+            return None
+
+    def without(self, label: str) -> str:
+        """``label`` less this setting's words: the configuration it is a level of."""
+        return " ".join(w for w in label.split(" ") if w.split("=", 1)[0] not in self.keys)
+
+    def words(self, level: tuple[float, ...]) -> str:
+        return " ".join(f"{k.rsplit('.', 1)[-1]} {v:g}" for k, v in zip(self.keys, level))
+
+
+LEARNING_RATE = Setting("Learning rate", ("lr",), (PUBLISHED_LR,))
+STOPPING_RULE = Setting("Stopping rule", ("trainer.patience", "trainer.max_steps"),
+                        tuple(PUBLISHED_STOPPING[k] for k in ("trainer.patience",
+                                                              "trainer.max_steps")))
+SETTINGS = (LEARNING_RATE, STOPPING_RULE)
+
+
+def table(seeds: pd.DataFrame, capacity: pd.DataFrame,
+          setting: Setting = LEARNING_RATE) -> pd.DataFrame:
+    """One row per configuration (less ``setting``) and view, for the configurations at >= 2
+    levels of it, the published one among them: label, view, levels, margin (keys), n (seeds
+    per level), mean (at the published level), differences ([(level, d, lower, upper)], levels
+    ascending, each as ``Setting.words`` writes it), verdict, decided_at (the largest upper
+    bound: any margin above it says "does not move"), bounds ({outcome: seeds} of the seed
+    values that are bounds) and values (seed values in all)."""
+    if seeds.empty or capacity.empty:
+        return pd.DataFrame()
+    config = capacity[["label", "d_dot"]].assign(
+        level=[setting.level(label) for label in capacity["label"]],
+        group=[setting.without(label) for label in capacity["label"]])
+    merged = seeds.merge(config[config["level"].notna()], on="label")
+    base = tuple(float(v) for v in setting.published)
+    rows = []
+    for group, part in merged.groupby("group", sort=False):
+        levels = sorted(set(part["level"]))
+        if len(levels) < 2 or base not in levels:
+            continue
+        others = [r for r in levels if r != base]
+        d_dot = pd.to_numeric(part["d_dot"], errors="coerce").iloc[0]
+        for view in VIEWS:
+            rows.append(_row(group, view, part, setting, base, others, d_dot))
+    found = pd.DataFrame(rows)
+    if found.empty:
+        return found
+    order = sorted(range(len(found)), key=lambda i: (natural_key(found["label"].iloc[i]),
+                                                     VIEWS.index(found["view"].iloc[i])))
+    return found.iloc[order].reset_index(drop=True)
+
+
+def _row(group: str, view: str, part: pd.DataFrame, setting: Setting, base_level: tuple,
+         others: list[tuple], d_dot) -> dict:
+    """One configuration's test in one view (``table``)."""
+    s = SUFFIX[view]
+    part = part[part[f"outcome{s}"] != "no_data"]
+    at = {r: part.loc[part["level"] == r, f"value{s}"].to_numpy(float)
+          for r in [base_level, *others]}
+    base = at[base_level]
+    margin = MARGIN * (float(d_dot) if pd.notna(d_dot) else
+                       (float(np.median(base)) if len(base) else math.nan))
+    level = 1 - ALPHA / len(others)
+    differences, lower, upper = [], [], []
+    for r in others:
+        test = welch(base, at[r])
+        low, high = bounds(test, level)[0], bounds(test, 1 - ALPHA)[1]
+        differences.append((setting.words(r), float(test[0]), float(low), float(high)))
+        lower.append(float(low))
+        upper.append(float(high))
+    highest = float(np.max(upper))  # NaN when a level has no interval
+    return {"label": group, "view": view,
+            "levels": ", ".join(setting.words(r) for r in sorted(at)),
+            "margin": margin, "n": [len(at[r]) for r in sorted(at)],
+            "mean": float(np.mean(base)) if len(base) else math.nan,
+            "differences": differences, "verdict": str(decide(lower, upper, margin)),
+            "decided_at": highest,
+            "bounds": {o: int((part[f"outcome{s}"] == o).sum()) for o in BOUNDS
+                       if (part[f"outcome{s}"] == o).any()}, "values": len(part)}
+
+
+def _seeds_cell(n: list[int]) -> str:
+    return f"{n[0]} each" if len(set(n)) == 1 else ", ".join(map(str, n))
+
+
+def section(seeds: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
+    """The report's sections of the optimisation test, one per setting that varies ("Learning
+    rate", "Stopping rule"); [] without configurations run at several levels of one."""
+    out = []
+    for setting in SETTINGS:
+        found = table(seeds, capacity, setting)
+        if found.empty:
+            continue
+        published = setting.words(tuple(float(v) for v in setting.published))
+        if not out:
+            out += [RULE, ""]
+        out += [f"### {setting.heading}", "",
+                f"Differences of mean failure points over seeds, each level minus the published "
+                f"one ({published}), in keys: d [one-sided (1 - 0.05/m) lower bound, one-sided "
+                "95% upper bound]. The rule is above.", "",
+                f"| configuration | view | levels | seeds per level | mean at {published} | "
+                f"difference from {published} | margin delta (keys) | verdict | largest upper "
+                "bound: the margin it decides above (keys) | seed values that are bounds |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in found.itertuples():
+            diffs = "; ".join(f"{lv}: {d:+.3g} [{cell(low)}, {cell(high)}]"
+                              for lv, d, low, high in r.differences)
+            bound_cell = (", ".join(f"{n} of {r.values} {o} ({BOUND_WORDS[o]})"
+                                    for o, n in r.bounds.items())
+                          + ", tested as values") if r.bounds else "none"
+            out.append(f"| {r.label} | {VIEW_WORDS[r.view]} | {r.levels} | {_seeds_cell(r.n)} | "
+                       f"{cell(r.mean)} | {diffs} | {cell(r.margin)} | {r.verdict} | "
+                       f"{cell(r.decided_at)} | {bound_cell} |")
+        out.append("")
+        for view in VIEWS:
+            mine = found[found["view"] == view]
+            counts = "; ".join(f"{v}: {int((mine['verdict'] == v).sum())}" for v in VERDICTS)
+            moved = mine.loc[mine["verdict"] == VERDICTS[0], "label"]
+            out.append(f"- {VIEW_WORDS[view]} view, {plural(len(mine), 'configuration')}: "
+                       f"{counts}" + (f" (moves: {', '.join(moved)})" if len(moved) else "") + ".")
+        out.append("")
+    return ["## Capacity or optimisation?", "", *out] if out else []
+
+
+def simulate(rng, studies: int, seeds: int, means, sds, noise: str = "normal",
+             outlier_rate: float = 0.0, outlier_factor: float = 0.5) -> np.ndarray:
+    """Failure points of simulated studies with known truth, shape (studies, levels, seeds):
+    level j's seeds have mean ``means[j]`` and standard deviation ``sds[j]``,
+    normal or log-normal (``noise``, with that mean and sd), and stall-like outliers: with
+    probability ``outlier_rate`` a seed's value is multiplied by ``outlier_factor``."""
+    means, sds = np.asarray(means, float)[:, None], np.asarray(sds, float)[:, None]
+    z = rng.standard_normal((studies, len(means), seeds))
+    if noise == "normal":
+        x = means + sds * z
+    else:
+        s = np.sqrt(np.log1p((sds / means) ** 2))
+        x = means * np.exp(s * z - s ** 2 / 2)
+    return np.where(rng.random(x.shape) < outlier_rate, x * outlier_factor, x)
+
+
+def coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_dot: float = 64.0,
+             rises=(0.0, 0.0, 0.0, 0.0), sd: float = 0.05, sd_ratios=(1.0, 0.5, 1.0, 2.0, 1.0),
+             noise: str = "normal", outlier_rate: float = 0.0,
+             outlier_factor: float = 0.5) -> dict[str, float]:
+    """The test on ``studies`` simulated studies (``simulate``) with known truth. At the published level
+    the failure point has mean d_dot and sd ``sd`` x d_dot; at the m = len(rises) other levels
+    the mean is raised by ``rises[j]`` x delta (delta = MARGIN x d_dot) and the sd is
+    ``sd`` x d_dot x ``sd_ratios[j + 1]`` (``sd_ratios[0]``: the published level's). The outliers shift every
+    mean by the same factor, 1 - outlier_rate (1 - outlier_factor): the true difference of the
+    observed means is the rise times it; the verdicts are judged against the rise itself.
+    Reported: ``covers``, the share of (study, level) whose two-sided 95% interval covers the true
+    difference; ``upper``, the share whose one-sided 95% upper bound lies above it; ``lower``,
+    the share whose Bonferroni lower bound lies below it (nominal 1 - 0.05/m); and the share of
+    studies with each verdict (``moves``, ``does not move``, ``undecided``)."""
+    rng = np.random.default_rng(seed)
+    delta, m = MARGIN * d_dot, len(rises)
+    means = d_dot + delta * np.concatenate([[0.0], np.asarray(rises, float)])
+    sds = sd * d_dot * np.asarray(sd_ratios, float)[:m + 1]
+    x = simulate(rng, studies, seeds, means, sds, noise, outlier_rate, outlier_factor)
+    truth = (means[1:] - means[0]) * (1 - outlier_rate * (1 - outlier_factor))
+    base, other = x[:, :1, :], x[:, 1:, :]
+    test = welch(base, other)
+    low95, high95 = bounds(test, 1 - ALPHA / 2)
+    lower, upper = bounds(test, 1 - ALPHA / m)[0], bounds(test, 1 - ALPHA)[1]
+    verdicts = decide(lower, upper, delta)
+    return {"covers": float(((low95 <= truth) & (truth <= high95)).mean()),
+            "upper": float((truth <= upper).mean()), "lower": float((lower <= truth).mean()),
+            **{v: float((verdicts == v).mean()) for v in VERDICTS}}
