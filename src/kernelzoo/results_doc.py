@@ -35,7 +35,7 @@ from kernelzoo.analysis.style import bound, cell
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
-           "favor_diagnosis", "lr_robustness", "lr_patience")
+           "favor_diagnosis", "lr_robustness")
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
