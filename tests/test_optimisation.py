@@ -1,4 +1,4 @@
-"""The learning-rate test (kernelzoo.analysis.learning_rate): Welch's interval against scipy's,
+"""The optimisation test (kernelzoo.analysis.optimisation): Welch's interval against scipy's,
 the verdicts on constructed seed tables (a bound among the seeds included), and the interval's
 coverage, the rate of a false "does not move" and the power, by simulation with known truth."""
 
