@@ -61,6 +61,7 @@ def test_families_group_what_d_dot_decides_and_fit_from_three_levels(tmp_path):
     assert law.p_identity < 1e-9 and law.follows is False
 
 
+@pytest.mark.slow  # draws the figures (make test-slow); test_plots writes scaling.csv end to end
 def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, capsys):
     results = tmp_path / "results"
     write_family_store(results / "s")
