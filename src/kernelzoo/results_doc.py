@@ -87,22 +87,26 @@ def agreement(table: pd.DataFrame) -> str:
             + "; ".join(parts) + ".") if parts else ""
 
 
-def optimisation_verdicts(store: Path, table: pd.DataFrame) -> list[str]:
-    """The optimisation test's verdict per configuration, setting and view ([] without
-    configurations at several levels of a setting): ``optimisation.table`` on the store's
-    runs."""
+def optimisation_tables(store: Path, table: pd.DataFrame) -> dict:
+    """{setting: ``optimisation.table``} of the store's runs, for each setting with
+    configurations at several levels."""
     if not any(s.level(label) for s in optimisation.SETTINGS for label in table["label"]):
-        return []
+        return {}
     runs = pd.read_parquet(store / "runs.parquet")
     if "stall_check_of" in runs:
         runs = runs[runs["stall_check_of"].isna()]
     defaults = AnalyzeConfig()
     seeds = seed_table(runs, defaults.threshold, defaults.accuracy_threshold)
+    found = {s: optimisation.table(seeds, table, s) for s in optimisation.SETTINGS}
+    return {s: f for s, f in found.items() if not f.empty}
+
+
+def optimisation_verdicts(store: Path, table: pd.DataFrame) -> list[str]:
+    """The optimisation test's verdict per configuration, setting and view ([] without
+    configurations at several levels of a setting): ``optimisation.table`` on the store's
+    runs."""
     lines = []
-    for setting in optimisation.SETTINGS:
-        found = optimisation.table(seeds, table, setting)
-        if found.empty:
-            continue
+    for setting, found in optimisation_tables(store, table).items():
         published = setting.words(tuple(float(v) for v in setting.published))
         lines += [f"Does the failure point move with the {setting.heading.lower()}? The test of "
                   "the report's \"Capacity or optimisation?\" section (`docs/analysis.md`): "
@@ -247,6 +251,20 @@ def summary(root: Path = ROOT) -> list[str]:
                      "failure point / d_dot in the accuracy view: " + "; ".join(
                          f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
                          for r in best.itertuples()) + ".")
+    lr = root / "results" / "reference" / "lr_robustness"
+    for setting, found in (optimisation_tables(lr, pd.read_csv(lr / "capacity.csv")).items()
+                           if (lr / "capacity.csv").exists() else ()):
+        verdicts = found.groupby("label", sort=False)["verdict"]
+        moves = {label: [VIEW_WORDS[v] for v in rows.loc[rows["verdict"] == "moves", "view"]]
+                 for label, rows in found.groupby("label", sort=False)
+                 if (rows["verdict"] == "moves").any()}
+        held = [label for label, v in verdicts if (v == "does not move").all()]
+        lines.append(f"- `lr_robustness`, the optimisation test ({setting.heading.lower()}, "
+                     "margin 0.1 d_dot keys, per view): moves: "
+                     + ("; ".join(f"{k} ({', '.join(v)})" for k, v in moves.items()) or "none")
+                     + "; does not move in every view: " + (", ".join(held) or "none")
+                     + f"; {len(verdicts) - len(moves) - len(held)} of {len(verdicts)} "
+                     "configurations undecided in some view.")
     dot = pd.read_csv(root / "results" / "reference" / "dot_scaling" / "scaling.csv")
     laws = dot.drop_duplicates(["family", "view"])
     laws = laws[laws["view"].isin(["loss", "accuracy"]) & laws["b"].notna()]
