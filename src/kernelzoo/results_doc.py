@@ -11,8 +11,8 @@ training steps, run and sweep wall time, machine), its capacity table in the thr
 (``capacity.py``), the published and d_dot comparisons where they apply, the d_dot law per
 view (``scaling.py``), how far the views' rankings agree and, for a study run at several
 learning rates or stopping rules, the optimisation test's verdicts (``optimisation.py``, on the
-seeds' failure points of runs.parquet at the analysis' default thresholds). The last section pools the
-prediction scores (``prediction.py``) over every store. README holds a short summary between
+seeds' failure points of runs.parquet at the analysis' default thresholds). The last section
+pools the prediction scores (``prediction.py``) over every store. README holds a short summary between
 the markers ``<!-- results:start -->`` and ``<!-- results:end -->``. ``docs/analysis.md`` quotes
 every rule from the docstring of the module that applies it.
 """
@@ -87,9 +87,10 @@ def agreement(table: pd.DataFrame) -> str:
             + "; ".join(parts) + ".") if parts else ""
 
 
-def optimisation_tables(store: Path, table: pd.DataFrame) -> dict:
+def optimisation_tables(store: Path) -> dict:
     """{setting: ``optimisation.table``} of the store's runs, for each setting with
     configurations at several levels."""
+    table = pd.read_csv(store / "capacity.csv")
     if not any(s.level(label) for s in optimisation.SETTINGS for label in table["label"]):
         return {}
     runs = pd.read_parquet(store / "runs.parquet")
@@ -101,13 +102,13 @@ def optimisation_tables(store: Path, table: pd.DataFrame) -> dict:
     return {s: f for s, f in found.items() if not f.empty}
 
 
-def optimisation_verdicts(store: Path, table: pd.DataFrame) -> list[str]:
+def optimisation_verdicts(store: Path) -> list[str]:
     """The optimisation test's verdict per configuration, setting and view ([] without
     configurations at several levels of a setting): ``optimisation.table`` on the store's
     runs."""
     lines = []
-    for setting, found in optimisation_tables(store, table).items():
-        published = setting.words(tuple(float(v) for v in setting.published))
+    for setting, found in optimisation_tables(store).items():
+        published = setting.words(setting.base)
         lines += [f"Does the failure point move with the {setting.heading.lower()}? The test of "
                   "the report's \"Capacity or optimisation?\" section (`docs/analysis.md`): "
                   f"\"moves\" when another level raises it above {published}'s, \"does not "
@@ -151,7 +152,7 @@ def section(experiment: str, root: Path) -> list[str]:
                               for r in theirs.itertuples()) + ".", ""]
     rho = agreement(table)
     lines += [rho, ""] if rho else []
-    lines += optimisation_verdicts(store, table)
+    lines += optimisation_verdicts(store)
     laws = pd.read_csv(store / "scaling.csv") if (store / "scaling.csv").exists() else None
     if laws is not None and not laws.empty and laws["d_dot"].groupby(laws["family"]).nunique().max() >= 2:
         lines += ["The d_dot law per view:", ""]
@@ -252,8 +253,8 @@ def summary(root: Path = ROOT) -> list[str]:
                          f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
                          for r in best.itertuples()) + ".")
     lr = root / "results" / "reference" / "lr_robustness"
-    for setting, found in (optimisation_tables(lr, pd.read_csv(lr / "capacity.csv")).items()
-                           if (lr / "capacity.csv").exists() else ()):
+    for setting, found in (optimisation_tables(lr).items() if (lr / "capacity.csv").exists()
+                           else ()):
         verdicts = found.groupby("label", sort=False)["verdict"]
         moves = {label: [VIEW_WORDS[v] for v in rows.loc[rows["verdict"] == "moves", "view"]]
                  for label, rows in found.groupby("label", sort=False)

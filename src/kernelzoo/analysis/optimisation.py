@@ -115,6 +115,11 @@ class Setting:
         """``label`` less this setting's words: the configuration it is a level of."""
         return " ".join(w for w in label.split(" ") if w.split("=", 1)[0] not in self.keys)
 
+    @property
+    def base(self) -> tuple[float, ...]:
+        """The published level, as ``level`` reads one."""
+        return tuple(float(v) for v in self.published)
+
     def words(self, level: tuple[float, ...]) -> str:
         return " ".join(f"{k.rsplit('.', 1)[-1]} {v:g}" for k, v in zip(self.keys, level))
 
@@ -140,7 +145,7 @@ def table(seeds: pd.DataFrame, capacity: pd.DataFrame,
         level=[setting.level(label) for label in capacity["label"]],
         group=[setting.without(label) for label in capacity["label"]])
     merged = seeds.merge(config[config["level"].notna()], on="label")
-    base = tuple(float(v) for v in setting.published)
+    base = setting.base
     rows = []
     for group, part in merged.groupby("group", sort=False):
         levels = sorted(set(part["level"]))
@@ -199,7 +204,7 @@ def section(seeds: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
         found = table(seeds, capacity, setting)
         if found.empty:
             continue
-        published = setting.words(tuple(float(v) for v in setting.published))
+        published = setting.words(setting.base)
         if not out:
             out += [RULE, ""]
         out += [f"### {setting.heading}", "",
