@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra_plugins.kernelzoo_sweeper.packs import Point, packs
 from kernelzoo.records import store
 from kernelzoo.training import pack
-from kernelzoo.maps.catalog import build_feature_map
+from kernelzoo.maps.catalog import FEATURE_MAPS, build_feature_map
 from kernelzoo.config import CONF, Config
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
 from kernelzoo.core.task import RetrievalTask
@@ -110,6 +110,53 @@ def test_padding_contributes_nothing_to_outputs_losses_or_gradients():
             assert float(grad.abs().sum()) == pytest.approx(float(own.abs().sum()), abs=1e-12)
 
 
+def _elu_pack(dtype=torch.float64):
+    torch.manual_seed(0)
+    models = [RetrievalModel(S, build_feature_map("elu", d_key=6), "sum").to(dtype) for S in (5, 9)]
+    batches = [RetrievalTask(S, S, S, False, i, torch.device("cpu")).train_batch(8)
+               for i, S in enumerate((5, 9))]
+    return pack.Pack(models), batches
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_compiled_step_whose_gradients_differ_is_dropped_for_the_eager_one(capsys, dtype):
+    """The first step compares the compiled step with the eager one: a step with the right
+    losses but gradients off by 1% (float64: 1e-6) is reported in one line and replaced."""
+    p, batches = _elu_pack(dtype)
+    eager = [g.clone() for g in torch.autograd.grad(p.losses(batches).sum(), p.parameters())]
+    off = 1e-2 if dtype == torch.float32 else 1e-6
+
+    def wrong(*args):  # the eager losses, with each gradient scaled by 1 + off
+        losses = p._forward(*args)
+        return losses.detach() + (1 + off) * (losses - losses.detach())
+
+    p.compiled = wrong
+    losses = p.losses(batches)
+    assert p.compiled is None and p.checked
+    grads = torch.autograd.grad(losses.sum(), p.parameters())
+    for g, e in zip(grads, eager):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "warning: trainer.compile: the compiled step differs from the eager one (gradient 0: "
+        "max relative difference ") and err[0].endswith("; training eagerly")
+
+
+def test_a_compiled_step_that_agrees_is_kept_and_checked_once(capsys):
+    p, batches = _elu_pack()
+    calls = []
+
+    def same(*args):
+        calls.append(1)
+        return p._forward(*args)
+
+    p.compiled = same
+    for _ in range(3):
+        p.losses(batches).sum().backward()
+    assert p.compiled is same and p.checked and len(calls) == 3
+    assert capsys.readouterr().err == ""
+
+
 def test_packs_keep_padding_within_a_quarter_of_the_work():
     keys = [20, 40, 60, 80, 100, 400, 420, 440, 460, 480, 500, 520, 540, 560, 580, 600]
     packs = pack.form(keys, lambda S: 8)
@@ -147,18 +194,23 @@ def test_the_smoke_sweep_packed_and_alone_gives_the_same_runs(smoke_results, tmp
 
 
 @pytest.mark.slow  # torch.compile: trainer.compile=auto compiles on CUDA only
-@pytest.mark.parametrize("rule", ["sum", "fwm", "favor"])
-def test_compiled_and_eager_steps_agree(tmp_path, rule):
+@pytest.mark.parametrize("rule", ["sum", "fwm", "favor", *sorted(FEATURE_MAPS)])
+def test_compiled_and_eager_steps_agree(tmp_path, capsys, rule):
     """trainer.compile=true (torch.compile of the pack's step) against eager, float64, a
-    mixed pack: the same curves within 1e-6. fwm: its state (fwm.state, 16384 entries here) is
-    left out of the compiled graph, so the step compiles in seconds, not never; so are FAVOR+'s
-    key scores (random_features._favor_key_scores), with the redrawn projections in the graph."""
+    mixed pack: compiled throughout (its first-step check passed) and the same curves within
+    1e-6, for every registered map (its conf defaults) and
+    the fwm and FAVOR+ paths (on cuda where there is one: ``scripts/gpu_check.sh``). fwm: its
+    state (fwm.state, 16384 entries here) is left out of the compiled graph, so the step
+    compiles in seconds, not never; so are FAVOR+'s key scores
+    (random_features._favor_key_scores), with the redrawn projections in the graph."""
     point, member = {"sum": (["feature_map=dpfp", "n_keys=8"], (6, 2)),
                      "fwm": ([*CASES["fwm"], "n_keys=16"], (12, 2)),
-                     "favor": ([*CASES["favor_redrawn"], "n_keys=8"], (6, 2))}[rule]
+                     "favor": ([*CASES["favor_redrawn"], "n_keys=8"], (6, 2))
+                     }.get(rule, ([f"feature_map={rule}", "n_keys=8"], (6, 2)))
     point = [*point, "trainer.dtype=float64", "trainer.max_steps=100"]
     eager = train(tmp_path / "eager", [*point, "trainer.compile=false"], members=[member])
     train(tmp_path / "compiled", [*point, "trainer.compile=true"], members=[member])
+    assert "trainer.compile" not in capsys.readouterr().err  # compiled throughout, not eager
     for rid in eager:
         assert_same_curve(curve(tmp_path / "compiled", rid), curve(tmp_path / "eager", rid), 1e-6)
 

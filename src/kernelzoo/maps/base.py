@@ -202,11 +202,16 @@ class Relu(_Elementwise):
 
 
 class Elu(_Elementwise):
-    """phi(x) = elu(x) + 1 ("Linear" in Figure 2; the running example of the introduction)."""
+    """phi(x) = elu(x) + 1 ("Linear" in Figure 2; the running example of the introduction).
+    Eager steps take _EluPlusOne; a compiled step (trainer.compile) takes the plain
+    ``F.elu(x) + 1``, which the compiler differentiates itself: compiled on cuda, the custom
+    Function's gradient is wrong (``scripts/gpu_check.sh`` compares compiled with eager steps
+    for every map)."""
 
     name, positive = "elu", True
     label = "ELU+1"
-    fn = staticmethod(lambda x: _EluPlusOne.apply(x))
+    fn = staticmethod(lambda x: nn.functional.elu(x) + 1 if torch.compiler.is_compiling()
+                      else _EluPlusOne.apply(x))
 
 
 class _EluPlusOne(torch.autograd.Function):

@@ -43,6 +43,10 @@ EAGER = ((fwm, "state"), (random_features, "_favor_key_scores"))
 LOG = logging.getLogger("kernelzoo.train")
 PADDING_WASTE = 0.25  # a pack's padded work is at most this fraction of its work (``form``)
 AUTO_SIZE = {"cpu": 8, "cuda": 32}  # trainer.pack=auto at most (``make bench``: case packed)
+# A compiled step is kept only if, on its first batch, its losses and gradients are the eager
+# step's within this (relative to each tensor's largest entry; float32 rounds differently)
+COMPILED_TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-3, torch.bfloat16: 5e-2,
+                      torch.float16: 5e-2}
 CPU_ELEMENTS = 2**19  # trainer.pack=auto on the CPU: a pack's keys fit in ~2 MB (``most_runs``)
 
 
@@ -118,6 +122,7 @@ class Pack:
         self.params = {n: torch.stack([self._pad(n, m, m.get_parameter(n).detach())
                                        for m in models]).requires_grad_() for n in self.names}
         self.compiled = None  # the compiled step's forward (``compile``)
+        self.checked = False  # whether the compiled step was compared with the eager one
 
     def _segments(self, name: str, n_keys: int) -> list[list[tuple[int, int]]]:
         """Per dimension of parameter ``name``, where a run of ``n_keys`` keys sits in the
@@ -226,14 +231,43 @@ class Pack:
         if self.compiled is None:
             return self._forward(*args)
         try:
-            return self.compiled(*args)
+            losses = self.compiled(*args)
         except Exception as err:  # no C++ compiler, an op the compiler cannot take, ...
-            LOG.warning("trainer.compile: compilation failed, training eagerly (%s)",
-                        str(err).splitlines()[0] if str(err) else type(err).__name__)
-            print(f"warning: trainer.compile: compilation failed ({type(err).__name__}); "
-                  "training eagerly", file=sys.stderr)
-            self.compiled = None
+            self._eager("compilation failed", str(err).splitlines()[0] if str(err) else
+                        type(err).__name__)
             return self._forward(*args)
+        if not self.checked:
+            self.checked = True
+            differs = self._compiled_differs(losses, args)
+            if differs:
+                self._eager("the compiled step differs from the eager one", differs)
+                return self._forward(*args)
+        return losses
+
+    def _compiled_differs(self, losses: torch.Tensor, args) -> str | None:
+        """Where the compiled step's losses or gradients differ from the eager step's on the same
+        batch (relative to each tensor's largest entry; COMPILED_TOLERANCE), or None."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        eager = self._forward(*args)
+        pairs = [("loss", losses.detach(), eager.detach())]
+        grads = torch.autograd.grad(losses.sum(), params, retain_graph=True, allow_unused=True)
+        grads_eager = torch.autograd.grad(eager.sum(), params, allow_unused=True)
+        pairs += [(f"gradient {i}", g, e) for i, (g, e) in enumerate(zip(grads, grads_eager))
+                  if g is not None or e is not None]
+        for name, got, want in pairs:
+            got = torch.zeros_like(want) if got is None else got
+            want = torch.zeros_like(got) if want is None else want
+            scale = want.abs().max().clamp_min(torch.finfo(want.dtype).tiny)
+            diff = ((got - want).abs().max() / scale).item()
+            if not diff <= COMPILED_TOLERANCE[want.dtype]:
+                return f"{name}: max relative difference {diff:.1e}"
+        return None
+
+    def _eager(self, why: str, detail: str) -> None:
+        """Train eagerly from now on, and say so in one line."""
+        LOG.warning("trainer.compile: %s (%s); training eagerly", why, detail)
+        print(f"warning: trainer.compile: {why} ({detail}); training eagerly", file=sys.stderr)
+        self.compiled = None
 
     def _forward(self, params, keys, values, query, target, mask, value_mask):
         """The step's forward on prepared tensors: what ``compile`` compiles."""
@@ -247,8 +281,9 @@ class Pack:
     def compile(self) -> None:
         """Compile the step's forward (and through AOTAutograd its backward) with
         ``torch.compile``: compiled code is cached per process (a sweep worker) and shape, so a
-        worker compiles once per shape and map, not per run. If compilation fails, the first
-        step says so in one line and the pack trains eagerly."""
+        worker compiles once per shape and map, not per run. The first step also runs eagerly
+        and compares the two (losses and gradients, COMPILED_TOLERANCE): if they differ, or if
+        compilation fails, it says so in one line and the pack trains eagerly."""
         _keep_eager()
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self.compiled = torch.compile(self._forward)
