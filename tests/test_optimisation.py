@@ -14,6 +14,8 @@ from scipy import stats
 from kernelzoo.analysis import optimisation
 from kernelzoo.analysis.capacity import SUFFIX
 
+RUNS = pd.DataFrame({"status": ["plateau", "converged"]})  # no run at the step cap
+
 
 def seeds_of(label: str, values: list[float], outcome: str = "fails_at",
              keys_outcome: str = "fails_at") -> list[dict]:
@@ -100,7 +102,7 @@ def test_bounds_are_tested_as_values_and_counted():
         "0.003": ([30.0, 29.0, 30.0], "fails_at", "never_fails")}})
     keys = optimisation.table(seeds, capacity).set_index("view").loc["keys_retrieved"]
     assert keys["bounds"] == {"never_fails": 6} and keys["verdict"] == "does not move"
-    lines = optimisation.section(seeds, capacity)
+    lines = optimisation.section(seeds, capacity, RUNS)
     row = next(line for line in lines if "| keys retrieved |" in line)
     assert "6 of 6 never_fails (lower bounds), tested as values" in row
     assert next(line for line in lines if "| loss |" in line).endswith("| none |")
@@ -121,42 +123,45 @@ def test_configurations_split_by_their_settings_are_tested_apart():
 
 
 def test_the_stopping_rule_is_tested_against_the_published_one():
-    """lr_patience's labels carry both settings (``settings.split``): patience 10 with 100,000
-    steps is the published level; a rise under patience 30 is "moves", a flat 2x2 "does not
-    move", and the report gets a "Stopping rule" section beside no "Learning rate" one."""
-    def labels(head, values):
-        return {f"trainer.max_steps={cap} trainer.patience={pat}": v
-                for (pat, cap), v in zip([(10, 100000), (10, 200000), (30, 100000),
-                                          (30, 200000)], values)}
-    flat = [[64.0, 63.0, 65.0]] * 4
-    rising = [[40.0, 41.0, 39.0], [41.0, 40.0, 42.0], [60.0, 61.0, 59.0], [61.0, 60.0, 62.0]]
+    """lr_patience's labels carry the patience (``settings.split``): patience 10 is the
+    published level; a rise under patience 30 is "moves", a flat pair "does not move", and the
+    report gets a "Stopping rule" section, with the step cap's count, beside no "Learning rate"
+    one."""
+    flat = {10: [64.0, 63.0, 65.0], 30: [64.0, 63.0, 65.0]}
+    rising = {10: [40.0, 41.0, 39.0], 30: [60.0, 61.0, 59.0]}
     seeds, capacity = [], []
-    for head, d_dot, values in (("ELU+1", 64, flat), ("T2R", 64, rising)):
-        for words, v in labels(head, values).items():
-            seeds += seeds_of(f"{head} {words}", v)
-            capacity.append({"label": f"{head} {words}", "d_dot": d_dot})
+    for head, values in (("ELU+1", flat), ("T2R", rising)):
+        for patience, v in values.items():
+            label = f"{head} trainer.patience={patience}"
+            seeds += seeds_of(label, v)
+            capacity.append({"label": label, "d_dot": 64})
     seeds, capacity = pd.DataFrame(seeds), pd.DataFrame(capacity)
     assert optimisation.table(seeds, capacity).empty  # no learning rates here
     found = optimisation.table(seeds, capacity, optimisation.STOPPING_RULE)
     loss = found[found["view"] == "loss"].set_index("label")
     assert loss["verdict"].to_dict() == {"ELU+1": "does not move", "T2R": "moves"}
-    assert loss.loc["T2R", "levels"] == ("patience 10 max_steps 100000, patience 10 max_steps "
-                                         "200000, patience 30 max_steps 100000, patience 30 "
-                                         "max_steps 200000")
-    assert [lv for lv, *_ in loss.loc["T2R", "differences"]][1] == "patience 30 max_steps 100000"
-    assert loss.loc["T2R", "differences"][1][1] == pytest.approx(20.0)
-    lines = optimisation.section(seeds, capacity)
+    assert loss.loc["T2R", "levels"] == "patience 10, patience 30"
+    (level, d, *_), = loss.loc["T2R", "differences"]
+    assert level == "patience 30" and d == pytest.approx(20.0)
+    runs = pd.DataFrame({"status": ["plateau"] * 10 + ["converged"] * 5})
+    lines = optimisation.section(seeds, capacity, runs)
     assert "### Stopping rule" in lines and "### Learning rate" not in lines
     assert ("- loss view, 2 configurations: moves: 1; does not move: 1; undecided: 0 (moves: "
             "T2R)." in lines)
+    assert ("- Step cap: 0 of 15 runs reached it (status max_steps; published cap 100,000 "
+            "steps). A run that stops before the cap trains the same steps under any larger "
+            "cap, so doubling it changes no run here." in lines)
+    runs.loc[3, "status"] = "max_steps"
+    assert optimisation.cap_line(runs).startswith("- Step cap: 1 of 15 runs reached it")
+    assert optimisation.cap_line(runs).endswith("changes only the 1 run that reached it.")
 
 
 def test_the_section_is_empty_without_learning_rates_to_compare():
     seeds, capacity = study({("ELU+1", 16): {"0.001": [16.0, 16.0, 16.0]}})
-    assert optimisation.section(seeds, capacity) == []
+    assert optimisation.section(seeds, capacity, RUNS) == []
     seeds, capacity = study({("ELU+1", 16): {"0.001": [16.0, 15.9, 16.1],
                                                 "0.003": [16.0, 15.9, 16.1]}})
-    lines = optimisation.section(seeds, capacity)
+    lines = optimisation.section(seeds, capacity, RUNS)
     assert lines[:5] == ["## Capacity or optimisation?", "", optimisation.RULE, "",
                          "### Learning rate"]
     assert "- loss view, 1 configuration: moves: 0; does not move: 1; undecided: 0." in lines

@@ -1,13 +1,14 @@
 """Is a failure point capacity, or optimisation? It is tested against the training settings
-that could set it: the learning rate (experiment ``lr_robustness``) and the stopping rule,
-patience and step cap (``lr_patience``). Pure: it reads no file.
+that could set it: the learning rate (experiment ``lr_robustness``) and the stopping rule's
+patience (``lr_patience``). The step cap only stops a run, so a larger cap changes only the runs
+that reached it: the report counts them. Pure: it reads no file.
 
 The optimisation test
 ---------------------
 A setting's levels are read from the configuration's label: the learning rate ("lr=0.001") and
-the stopping rule ("trainer.patience=10 trainer.max_steps=100000", the words ``settings.split``
-adds). A configuration less those words that ran at two levels or more, the published one among
-them (lr 1e-3; patience 10 with a 100,000-step cap), is tested in each view (loss, accuracy, keys
+the patience ("trainer.patience=10", the words ``settings.split`` adds). A configuration less
+those words that ran at two levels or more, the published one among them (lr 1e-3; patience
+10), is tested in each view (loss, accuracy, keys
 retrieved) on its seeds' failure points (``capacity.seed_table``). For each other level, d is the
 difference of the mean failure points over seeds (that level minus the published one), with
 Welch's t interval (unequal variances, Welch-Satterthwaite degrees of freedom; 2 seeds or more at
@@ -125,9 +126,8 @@ class Setting:
 
 
 LEARNING_RATE = Setting("Learning rate", ("lr",), (PUBLISHED_LR,))
-STOPPING_RULE = Setting("Stopping rule", ("trainer.patience", "trainer.max_steps"),
-                        tuple(PUBLISHED_STOPPING[k] for k in ("trainer.patience",
-                                                              "trainer.max_steps")))
+STOPPING_RULE = Setting("Stopping rule", ("trainer.patience",),
+                        (PUBLISHED_STOPPING["trainer.patience"],))
 SETTINGS = (LEARNING_RATE, STOPPING_RULE)
 
 
@@ -196,9 +196,10 @@ def _seeds_cell(n: list[int]) -> str:
     return f"{n[0]} each" if len(set(n)) == 1 else ", ".join(map(str, n))
 
 
-def section(seeds: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
+def section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """The report's sections of the optimisation test, one per setting that varies ("Learning
-    rate", "Stopping rule"); [] without configurations run at several levels of one."""
+    rate", "Stopping rule", which also counts the ``runs`` that reached the step cap); [] without
+    configurations run at several levels of one."""
     out = []
     for setting in SETTINGS:
         found = table(seeds, capacity, setting)
@@ -231,8 +232,22 @@ def section(seeds: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
             moved = mine.loc[mine["verdict"] == VERDICTS[0], "label"]
             out.append(f"- {VIEW_WORDS[view]} view, {plural(len(mine), 'configuration')}: "
                        f"{counts}" + (f" (moves: {', '.join(moved)})" if len(moved) else "") + ".")
+        if setting is STOPPING_RULE:
+            out.append(cap_line(runs))
         out.append("")
     return ["## Capacity or optimisation?", "", *out] if out else []
+
+
+def cap_line(runs: pd.DataFrame) -> str:
+    """The step cap's check: a run that stopped before the cap trains the same steps under any
+    larger cap, so doubling it can change only the runs that reached it."""
+    capped = int((runs["status"] == "max_steps").sum())
+    cap = PUBLISHED_STOPPING["trainer.max_steps"]
+    return (f"- Step cap: {capped} of {plural(len(runs), 'run')} reached it (status max_steps; "
+            f"published cap {int(cap):,} steps). A run that stops before the cap trains the same "
+            "steps under any larger cap, so doubling it changes "
+            + ("no run here." if capped == 0 else
+               f"only the {plural(capped, 'run')} that reached it."))
 
 
 def simulate(rng, studies: int, seeds: int, means, sds, noise: str = "normal",

@@ -301,7 +301,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                               + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
                                  else "") for r in theirs.itertuples()) + "."]
     lines += ["", *efficiency_table(capacity), *update_rules.section(capacity, runs),
-              *optimisation.section(seeds, capacity),
+              *optimisation.section(seeds, capacity, runs),
               *scaling.section(families), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),
               *stall_section(runs, capacity, checked)]

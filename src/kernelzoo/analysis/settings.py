@@ -4,8 +4,8 @@ A label names a configuration by CONFIG_KEYS alone, so the runs of one label may
 they were trained: a sweep's extra overrides apply to every point, and one configuration may
 have been trained twice under different settings (``trainer.max_steps=500``, then ``2000``: two
 run ids for one (configuration, seed, n_keys) point), or an experiment may vary a setting
-itself (``lr_patience``: ``trainer.patience`` and ``trainer.max_steps``), its runs at whatever
-n_keys its search probes. ``split`` makes each such configuration one per setting: the settings
+itself (``lr_patience``: ``trainer.patience``), its runs at whatever n_keys its search
+probes. ``split`` makes each such configuration one per setting: the settings
 (a dotted key of ``trainer``, ``task`` or ``memory`` in their config.yaml,
 ``SETTING_SECTIONS``) that differ between the runs of a doubly trained point, or whose recorded
 values differ among the configuration's runs (a run whose config.yaml lacks the key does not
