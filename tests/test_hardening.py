@@ -487,6 +487,13 @@ def test_an_index_entry_naming_another_run_is_named_not_followed(tmp_path):
         store.point_summary(tmp_path, "idx", point)
     store.index_point(tmp_path, "idx", [*point[:1], "n_keys=30", "seed=1"], other.name)
     assert store.point_summary(tmp_path, "idx", [*point[:1], "n_keys=30", "seed=1"])["n_keys"] == 30
+    # a d_key the map set from the point's d_dot is its own (the summary's d_key is 4)
+    sized = [*point[:1], "n_keys=30", "seed=1", "d_key=16", "d_dot=66"]
+    store.index_point(tmp_path, "idx", sized, other.name)
+    assert store.point_summary(tmp_path, "idx", sized)["d_key"] == 4
+    store.index_point(tmp_path, "idx", sized[:-1], other.name)
+    with pytest.raises(store.StoreError, match="d_key 4, not the point's 16"):
+        store.point_summary(tmp_path, "idx", sized[:-1])
 
 
 def test_a_plugin_failing_at_import_disables_only_itself(tmp_path, monkeypatch):

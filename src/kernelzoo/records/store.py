@@ -124,9 +124,12 @@ def point_summary(results_dir, experiment: str, overrides: list[str]) -> dict | 
 
 
 def _point_values(overrides: list[str]) -> dict[str, str]:
-    """The values of a point's overrides that its run's summary records as given."""
+    """The values of a point's overrides that its run's summary records as given: n_keys, seed
+    and d_key, but not d_key beside a d_dot (a map may set its d_key from d_dot: Taylor's d_dot
+    66 is d_key 11)."""
     values = dict(o.lstrip("+").split("=", 1) for o in overrides if "=" in o)
-    return {key: values[key] for key in ("n_keys", "seed", "d_key") if key in values}
+    keys = ("n_keys", "seed") + (() if "d_dot" in values else ("d_key",))
+    return {key: values[key] for key in keys if key in values}
 
 
 def experiment_dir(results_dir: str | Path, experiment: str) -> Path:
