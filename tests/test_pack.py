@@ -142,7 +142,7 @@ def test_a_compiled_step_whose_gradients_differ_is_dropped_for_the_eager_one(cap
         "max relative difference ") and err[0].endswith("; training eagerly")
 
 
-def test_a_compiled_step_that_agrees_is_kept_and_checked_once(capsys):
+def test_a_compiled_step_that_agrees_is_kept_and_checked_once_per_shape(capsys):
     p, batches = _elu_pack()
     calls = []
 
@@ -154,6 +154,11 @@ def test_a_compiled_step_that_agrees_is_kept_and_checked_once(capsys):
     for _ in range(3):
         p.losses(batches).sum().backward()
     assert p.compiled is same and p.checked and len(calls) == 3
+    opt = torch.optim.Adam(p.parameters())
+    p.drop([0], opt)  # a new shape is compared again
+    assert not p.checked
+    p.losses(batches[1:]).sum().backward()
+    assert p.compiled is same and p.checked and len(calls) == 4
     assert capsys.readouterr().err == ""
 
 
@@ -196,13 +201,12 @@ def test_the_smoke_sweep_packed_and_alone_gives_the_same_runs(smoke_results, tmp
 @pytest.mark.slow  # torch.compile: trainer.compile=auto compiles on CUDA only
 @pytest.mark.parametrize("rule", ["sum", "fwm", "favor", *sorted(FEATURE_MAPS)])
 def test_compiled_and_eager_steps_agree(tmp_path, capsys, rule):
-    """trainer.compile=true (torch.compile of the pack's step) against eager, float64, a
-    mixed pack: compiled throughout (its first-step check passed) and the same curves within
-    1e-6, for every registered map (its conf defaults) and
-    the fwm and FAVOR+ paths (on cuda where there is one: ``scripts/gpu_check.sh``). fwm: its
-    state (fwm.state, 16384 entries here) is left out of the compiled graph, so the step
-    compiles in seconds, not never; so are FAVOR+'s key scores
-    (random_features._favor_key_scores), with the redrawn projections in the graph."""
+    """trainer.compile=true (torch.compile of the pack's step) against eager, float64, a mixed
+    pack: compiled throughout (its first-step check passed) and the same curves within 1e-6,
+    for every registered map (its conf defaults) and the fwm and FAVOR+ paths; on cuda where
+    there is one (``scripts/gpu_check.sh``). fwm: its state (fwm.state, 16384 entries here) is
+    left out of the compiled graph, so the step compiles in seconds, not never; so are FAVOR+'s
+    key scores (random_features._favor_key_scores), with the redrawn projections in the graph."""
     point, member = {"sum": (["feature_map=dpfp", "n_keys=8"], (6, 2)),
                      "fwm": ([*CASES["fwm"], "n_keys=16"], (12, 2)),
                      "favor": ([*CASES["favor_redrawn"], "n_keys=8"], (6, 2))

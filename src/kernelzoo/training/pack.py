@@ -177,6 +177,7 @@ class Pack:
         self.sizes = [self.sizes[i] for i in keep]
         if len(self.phis) > 1:
             self.phis = [self.phis[i] for i in keep]
+        self.checked = False  # a new shape: compiled anew, so compared with eager anew
         new = type(opt)(self.parameters(), **opt.defaults)
         for p in self.parameters():
             state = moved.get(p, old.get(p))
@@ -281,9 +282,10 @@ class Pack:
     def compile(self) -> None:
         """Compile the step's forward (and through AOTAutograd its backward) with
         ``torch.compile``: compiled code is cached per process (a sweep worker) and shape, so a
-        worker compiles once per shape and map, not per run. The first step also runs eagerly
-        and compares the two (losses and gradients, COMPILED_TOLERANCE): if they differ, or if
-        compilation fails, it says so in one line and the pack trains eagerly."""
+        worker compiles once per shape and map, not per run. The first step of each shape (the
+        first, and after each ``drop``) also runs eagerly and compares the two (losses and
+        gradients, COMPILED_TOLERANCE): if they differ, or if compilation fails, it says so in
+        one line and the pack trains eagerly."""
         _keep_eager()
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self.compiled = torch.compile(self._forward)
