@@ -36,6 +36,7 @@ from kernelzoo.analysis.style import bound, cell
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
            "favor_diagnosis", "lr_robustness")
+REPEATS = {"lr_patience": "lr_robustness"}  # a store whose runs repeat another's: pooled once
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
@@ -168,12 +169,18 @@ def section(experiment: str, root: Path) -> list[str]:
 
 def predictions(root: Path) -> list[str]:
     """The pooled prediction scores of every store."""
-    paths = [root / "results" / "reference" / e / "capacity.csv" for e in STUDIES]
-    scores, _ = prediction.pooled([p for p in paths if p.exists()])
+    pooled = [e for e in STUDIES if e not in REPEATS
+              and (root / "results" / "reference" / e / "capacity.csv").exists()]
+    scores, _ = prediction.pooled([root / "results" / "reference" / e / "capacity.csv"
+                                   for e in pooled])
+    left_out = [f"`{e}` (its runs repeat `{of}`'s)" for e, of in REPEATS.items()
+                if (root / "results" / "reference" / e / "capacity.csv").exists()]
     return ["## Predicting the failure point before it is known", "",
-            "Mean |ln(observed / predicted)| over the configurations of every store above "
-            "(`python -m kernelzoo.analysis.prediction results/reference/*/capacity.csv`; the predictors "
-            "in `src/kernelzoo/analysis/prediction.py`):", "",
+            "Mean |ln(observed / predicted)| over the configurations of every store above"
+            + (f" but {', '.join(left_out)}" if left_out else "")
+            + " (`python -m kernelzoo.analysis.prediction results/reference/{"
+            + ",".join(pooled) + "}/capacity.csv`; the predictors in "
+            "`src/kernelzoo/analysis/prediction.py`):", "",
             *[f"- {scores.words(v)}." for v in VIEWS], ""]
 
 
@@ -252,15 +259,16 @@ def summary(root: Path = ROOT) -> list[str]:
                      "failure point / d_dot in the accuracy view: " + "; ".join(
                          f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
                          for r in best.itertuples()) + ".")
-    lr = root / "results" / "reference" / "lr_robustness"
-    for setting, found in (optimisation_tables(lr).items() if (lr / "capacity.csv").exists()
-                           else ()):
+    tested = [(e, root / "results" / "reference" / e) for e in ("lr_robustness", "lr_patience")]
+    for experiment, setting, found in [(e, s, f) for e, store in tested
+                                       if (store / "capacity.csv").exists()
+                                       for s, f in optimisation_tables(store).items()]:
         verdicts = found.groupby("label", sort=False)["verdict"]
         moves = {label: [VIEW_WORDS[v] for v in rows.loc[rows["verdict"] == "moves", "view"]]
                  for label, rows in found.groupby("label", sort=False)
                  if (rows["verdict"] == "moves").any()}
         held = [label for label, v in verdicts if (v == "does not move").all()]
-        lines.append(f"- `lr_robustness`, the optimisation test ({setting.heading.lower()}, "
+        lines.append(f"- `{experiment}`, the optimisation test ({setting.heading.lower()}, "
                      "margin 0.1 d_dot keys, per view): moves: "
                      + ("; ".join(f"{k} ({', '.join(v)})" for k, v in moves.items()) or "none")
                      + "; does not move in every view: " + (", ".join(held) or "none")
