@@ -35,7 +35,7 @@ from kernelzoo.analysis.style import bound, cell
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
-           "favor_diagnosis", "lr_robustness")
+           "favor_diagnosis", "lr_robustness", "lr_patience")
 REPEATS = {"lr_patience": "lr_robustness"}  # a store whose runs repeat another's: pooled once
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
