@@ -138,8 +138,28 @@ def test_a_compiled_step_whose_gradients_differ_is_dropped_for_the_eager_one(cap
         torch.testing.assert_close(g, e, rtol=0, atol=0)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(
-        "warning: trainer.compile: the compiled step differs from the eager one (gradient 0: "
-        "max relative difference ") and err[0].endswith("; training eagerly")
+        "warning: trainer.compile: the compiled step differs from the eager one (gradient of "
+        f"{next(iter(p.params))}: max relative difference ") and err[0].endswith("; training eagerly")
+
+
+def test_a_compiled_backward_that_fails_leaves_the_pack_eager(capsys):
+    """The first-step check runs the compiled backward: its failure is a failed compilation."""
+    p, batches = _elu_pack()
+
+    class Failing(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("backward compiler: unsupported op")
+
+    p.compiled = lambda *args: Failing.apply(p._forward(*args))
+    p.losses(batches).sum().backward()
+    assert p.compiled is None
+    assert capsys.readouterr().err == ("warning: trainer.compile: compilation failed (backward "
+                                       "compiler: unsupported op); training eagerly\n")
 
 
 def test_a_compiled_step_that_agrees_is_kept_and_checked_once_per_shape(capsys):

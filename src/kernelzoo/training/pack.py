@@ -231,29 +231,30 @@ class Pack:
         args = (self.params, keys, values, query, target, mask, value_mask)
         if self.compiled is None:
             return self._forward(*args)
-        try:
+        try:  # the check's gradients compile the backward too
             losses = self.compiled(*args)
+            differs = None if self.checked else self._compiled_differs(losses, args)
         except Exception as err:  # no C++ compiler, an op the compiler cannot take, ...
             self._eager("compilation failed", str(err).splitlines()[0] if str(err) else
                         type(err).__name__)
             return self._forward(*args)
-        if not self.checked:
-            self.checked = True
-            differs = self._compiled_differs(losses, args)
-            if differs:
-                self._eager("the compiled step differs from the eager one", differs)
-                return self._forward(*args)
+        self.checked = True
+        if differs:
+            self._eager("the compiled step differs from the eager one", differs)
+            return self._forward(*args)
         return losses
 
     def _compiled_differs(self, losses: torch.Tensor, args) -> str | None:
         """Where the compiled step's losses or gradients differ from the eager step's on the same
         batch (relative to each tensor's largest entry; COMPILED_TOLERANCE), or None."""
-        params = [p for p in self.parameters() if p.requires_grad]
+        named = [*self.params.items(), *((f"phi.{n}", p) for phi in self.phis
+                                          for n, p in phi.named_parameters())]
+        names, params = zip(*[(n, p) for n, p in named if p.requires_grad])
         eager = self._forward(*args)
         pairs = [("loss", losses.detach(), eager.detach())]
         grads = torch.autograd.grad(losses.sum(), params, retain_graph=True, allow_unused=True)
         grads_eager = torch.autograd.grad(eager.sum(), params, allow_unused=True)
-        pairs += [(f"gradient {i}", g, e) for i, (g, e) in enumerate(zip(grads, grads_eager))
+        pairs += [(f"gradient of {n}", g, e) for n, g, e in zip(names, grads, grads_eager)
                   if g is not None or e is not None]
         for name, got, want in pairs:
             got = torch.zeros_like(want) if got is None else got
