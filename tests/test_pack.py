@@ -163,22 +163,36 @@ def test_a_compiled_backward_that_fails_leaves_the_pack_eager(capsys):
 
 
 def test_a_compiled_step_that_agrees_is_kept_and_checked_once_per_shape(capsys):
+    """The check runs the compiled step's backward, which may free what it used (FAVOR+'s key
+    scores do): the step then trains on a fresh compiled forward."""
     p, batches = _elu_pack()
     calls = []
 
+    class Once(torch.autograd.Function):  # a backward that frees its state, as FAVOR+'s does
+        @staticmethod
+        def forward(ctx, x):
+            ctx.freed = False
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            assert not ctx.freed, "a second backward through one graph"
+            ctx.freed = True
+            return grad
+
     def same(*args):
         calls.append(1)
-        return p._forward(*args)
+        return Once.apply(p._forward(*args))
 
     p.compiled = same
     for _ in range(3):
         p.losses(batches).sum().backward()
-    assert p.compiled is same and p.checked and len(calls) == 3
+    assert p.compiled is same and p.checked and len(calls) == 4  # the first step twice
     opt = torch.optim.Adam(p.parameters())
     p.drop([0], opt)  # a new shape is compared again
     assert not p.checked
     p.losses(batches[1:]).sum().backward()
-    assert p.compiled is same and p.checked and len(calls) == 4
+    assert p.compiled is same and p.checked and len(calls) == 6
     assert capsys.readouterr().err == ""
 
 
@@ -232,6 +246,7 @@ def test_compiled_and_eager_steps_agree(tmp_path, capsys, rule):
                      "favor": ([*CASES["favor_redrawn"], "n_keys=8"], (6, 2))
                      }.get(rule, ([f"feature_map={rule}", "n_keys=8"], (6, 2)))
     point = [*point, "trainer.dtype=float64", "trainer.max_steps=100"]
+    torch._dynamo.reset()  # each map compiled afresh: a second shape would compile dynamic
     eager = train(tmp_path / "eager", [*point, "trainer.compile=false"], members=[member])
     train(tmp_path / "compiled", [*point, "trainer.compile=true"], members=[member])
     assert "trainer.compile" not in capsys.readouterr().err  # compiled throughout, not eager

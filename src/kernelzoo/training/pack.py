@@ -234,6 +234,8 @@ class Pack:
         try:  # the check's gradients compile the backward too
             losses = self.compiled(*args)
             differs = None if self.checked else self._compiled_differs(losses, args)
+            if not self.checked and not differs:  # the check used up that graph's backward
+                losses = self.compiled(*args)
         except Exception as err:  # no C++ compiler, an op the compiler cannot take, ...
             self._eager("compilation failed", str(err).splitlines()[0] if str(err) else
                         type(err).__name__)
@@ -246,13 +248,14 @@ class Pack:
 
     def _compiled_differs(self, losses: torch.Tensor, args) -> str | None:
         """Where the compiled step's losses or gradients differ from the eager step's on the same
-        batch (relative to each tensor's largest entry; COMPILED_TOLERANCE), or None."""
+        batch (relative to each tensor's largest entry; COMPILED_TOLERANCE), or None. Runs the
+        backward of ``losses``: custom autograd functions free what their backward used."""
         named = [*self.params.items(), *((f"phi.{n}", p) for phi in self.phis
                                           for n, p in phi.named_parameters())]
         names, params = zip(*[(n, p) for n, p in named if p.requires_grad])
         eager = self._forward(*args)
         pairs = [("loss", losses.detach(), eager.detach())]
-        grads = torch.autograd.grad(losses.sum(), params, retain_graph=True, allow_unused=True)
+        grads = torch.autograd.grad(losses.sum(), params, allow_unused=True)
         grads_eager = torch.autograd.grad(eager.sum(), params, allow_unused=True)
         pairs += [(f"gradient of {n}", g, e) for n, g, e in zip(names, grads, grads_eager)
                   if g is not None or e is not None]
