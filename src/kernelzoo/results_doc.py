@@ -20,6 +20,7 @@ every rule from the docstring of the module that applies it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -90,7 +91,16 @@ def agreement(table: pd.DataFrame) -> str:
 
 def optimisation_tables(store: Path) -> dict:
     """{setting: ``optimisation.table``} of the store's runs, for each setting with
-    configurations at several levels."""
+    configurations at several levels; computed once per state of the store's files (the
+    documents' section and README's summary both use it)."""
+    stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size) if f.exists() else None
+                  for f in (store / "capacity.csv", store / "runs.parquet"))
+    return _optimisation_tables(str(store), stamp)
+
+
+@functools.lru_cache(maxsize=32)
+def _optimisation_tables(store: str, stamp: tuple) -> dict:
+    store = Path(store)
     table = pd.read_csv(store / "capacity.csv")
     if not any(s.level(label) for s in optimisation.SETTINGS for label in table["label"]):
         return {}

@@ -79,11 +79,6 @@ def ranks(capacity: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _interval(order: pd.DataFrame, label: str) -> tuple[float, float]:
-    row = order[order["label"] == label].iloc[0]
-    return row["efficiency_low"], row["efficiency_high"]
-
-
 def swaps_apart(capacity: pd.DataFrame, label: str, size_rows: pd.DataFrame, a: str,
                 b: str) -> list[str]:
     """The configurations that swap order with ``label`` between views ``a`` and ``b`` and
@@ -91,7 +86,8 @@ def swaps_apart(capacity: pd.DataFrame, label: str, size_rows: pd.DataFrame, a: 
     me = size_rows.set_index("label")
     ra, rb = me[f"rank{SUFFIX[a]}"], me[f"rank{SUFFIX[b]}"]
     mine = capacity[capacity["label"].isin(size_rows["label"])]
-    orders = {v: efficiency_order(mine, v) for v in (a, b)}
+    intervals = {v: dict(zip(o["label"], zip(o["efficiency_low"], o["efficiency_high"])))
+                 for v, o in ((v, efficiency_order(mine, v)) for v in (a, b))}
     apart = []
     for other in me.index.drop(label):
         if pd.isna(ra[other]) or pd.isna(rb[other]):
@@ -100,7 +96,7 @@ def swaps_apart(capacity: pd.DataFrame, label: str, size_rows: pd.DataFrame, a: 
             continue
         close = True
         for view in (a, b):
-            (lo, hi), (olo, ohi) = _interval(orders[view], label), _interval(orders[view], other)
+            (lo, hi), (olo, ohi) = intervals[view][label], intervals[view][other]
             close &= not (olo > hi or ohi < lo or any(map(math.isnan, (lo, hi, olo, ohi))))
         if not close:
             apart.append(other)
