@@ -269,21 +269,21 @@ def summary(root: Path = ROOT) -> list[str]:
                      "failure point / d_dot in the accuracy view: " + "; ".join(
                          f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
                          for r in best.itertuples()) + ".")
-    tested = [(e, root / "results" / "reference" / e) for e in ("lr_robustness", "lr_patience")]
-    for experiment, setting, found in [(e, s, f) for e, store in tested
-                                       if (store / "capacity.csv").exists()
-                                       for s, f in optimisation_tables(store).items()]:
-        verdicts = found.groupby("label", sort=False)["verdict"]
-        moves = {label: [VIEW_WORDS[v] for v in rows.loc[rows["verdict"] == "moves", "view"]]
-                 for label, rows in found.groupby("label", sort=False)
-                 if (rows["verdict"] == "moves").any()}
-        held = [label for label, v in verdicts if (v == "does not move").all()]
-        lines.append(f"- `{experiment}`, the optimisation test ({setting.heading.lower()}, "
-                     "margin 0.1 d_dot keys, per view): moves: "
-                     + ("; ".join(f"{k} ({', '.join(v)})" for k, v in moves.items()) or "none")
-                     + "; does not move in every view: " + (", ".join(held) or "none")
-                     + f"; {len(verdicts) - len(moves) - len(held)} of {len(verdicts)} "
-                     "configurations undecided in some view.")
+    for experiment in ("lr_robustness", "lr_patience"):
+        store = root / "results" / "reference" / experiment
+        found_by_setting = optimisation_tables(store) if (store / "capacity.csv").exists() else {}
+        for setting, found in found_by_setting.items():
+            verdicts = found.groupby("label", sort=False)["verdict"]
+            moves = {label: [VIEW_WORDS[v] for v in rows.loc[rows["verdict"] == "moves", "view"]]
+                     for label, rows in found.groupby("label", sort=False)
+                     if (rows["verdict"] == "moves").any()}
+            held = [label for label, v in verdicts if (v == "does not move").all()]
+            lines.append(f"- `{experiment}`, the optimisation test ({setting.heading.lower()}, "
+                         "margin 0.1 d_dot keys, per view): moves: "
+                         + ("; ".join(f"{k} ({', '.join(v)})" for k, v in moves.items()) or "none")
+                         + "; does not move in every view: " + (", ".join(held) or "none")
+                         + f"; {len(verdicts) - len(moves) - len(held)} of {len(verdicts)} "
+                         "configurations undecided in some view.")
     dot = pd.read_csv(root / "results" / "reference" / "dot_scaling" / "scaling.csv")
     laws = dot.drop_duplicates(["family", "view"])
     laws = laws[laws["view"].isin(["loss", "accuracy"]) & laws["b"].notna()]

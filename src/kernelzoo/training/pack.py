@@ -231,20 +231,18 @@ class Pack:
         args = (self.params, keys, values, query, target, mask, value_mask)
         if self.compiled is None:
             return self._forward(*args)
-        try:  # the check's gradients compile the backward too
-            losses = self.compiled(*args)
-            differs = None if self.checked else self._compiled_differs(losses, args)
-            if not self.checked and not differs:  # the check used up that graph's backward
-                losses = self.compiled(*args)
+        try:
+            if not self.checked:  # its gradients compile the backward too, and use up its graph
+                differs = self._compiled_differs(self.compiled(*args), args)
+                self.checked = True
+                if differs:
+                    self._eager("the compiled step differs from the eager one", differs)
+                    return self._forward(*args)
+            return self.compiled(*args)
         except Exception as err:  # no C++ compiler, an op the compiler cannot take, ...
             self._eager("compilation failed", str(err).splitlines()[0] if str(err) else
                         type(err).__name__)
             return self._forward(*args)
-        self.checked = True
-        if differs:
-            self._eager("the compiled step differs from the eager one", differs)
-            return self._forward(*args)
-        return losses
 
     def _compiled_differs(self, losses: torch.Tensor, args) -> str | None:
         """Where the compiled step's losses or gradients differ from the eager step's on the same
