@@ -113,6 +113,12 @@ def _optimisation_tables(store: str, stamp: tuple) -> dict:
     return {s: f for s, f in found.items() if not f.empty}
 
 
+def _rise(differences) -> str:
+    """The level whose rise is shown furthest above 0: "+d [lower]" (``optimisation.table``)."""
+    _, d, low, _ = max(differences, key=lambda x: x[2])
+    return f"{d:+.3g} [{cell(low)}]"
+
+
 def optimisation_verdicts(store: Path) -> list[str]:
     """The optimisation test's verdict per configuration, setting and view ([] without
     configurations at several levels of a setting): ``optimisation.table`` on the store's
@@ -121,8 +127,9 @@ def optimisation_verdicts(store: Path) -> list[str]:
     for setting, found in optimisation_tables(store).items():
         published = setting.words(setting.base)
         lines += [f"Does the failure point move with the {setting.heading.lower()}? The test of "
-                  "the report's \"Capacity or optimisation?\" section (`docs/analysis.md`): "
-                  f"\"moves\" when another level raises it above {published}'s, \"does not "
+                  "the report's \"Capacity or optimisation?\" section (`docs/analysis.md`), "
+                  f"{optimisation.TEST_WORDS[setting.test]}: \"moves\" when another level "
+                  f"raises it above {published}'s (the rise in keys [its lower bound]), \"does not "
                   "move\" when none raises it by the margin, 0.1 d_dot keys, and undecided "
                   "otherwise; seed values that are bounds (never_fails, fails_everywhere) are "
                   "tested as values.", "",
@@ -134,8 +141,10 @@ def optimisation_verdicts(store: Path) -> list[str]:
             cells = []
             for v in VIEWS:
                 r = rows.loc[v]
-                words = r["verdict"] + (f" (needs a margin above {cell(r['decided_at'])})"
-                                        if r["verdict"] == "undecided" else "")
+                words = r["verdict"] + (
+                    f" (needs a margin above {cell(r['decided_at'])})"
+                    if r["verdict"] == "undecided" else
+                    f" ({_rise(r['differences'])})" if r["verdict"] == "moves" else "")
                 bounds = sum(r["bounds"].values())
                 cells.append(words + (f"; {bounds} of {r['values']} bounds" if bounds else ""))
             lines.append(f"| {label} | {cell(rows['margin'].iloc[0])} | " + " | ".join(cells)
@@ -274,12 +283,14 @@ def summary(root: Path = ROOT) -> list[str]:
         found_by_setting = optimisation_tables(store) if (store / "capacity.csv").exists() else {}
         for setting, found in found_by_setting.items():
             verdicts = found.groupby("label", sort=False)["verdict"]
-            moves = {label: [VIEW_WORDS[v] for v in rows.loc[rows["verdict"] == "moves", "view"]]
+            moves = {label: [f"{VIEW_WORDS[r.view]} {_rise(r.differences)}"
+                             for r in rows[rows["verdict"] == "moves"].itertuples()]
                      for label, rows in found.groupby("label", sort=False)
                      if (rows["verdict"] == "moves").any()}
             held = [label for label, v in verdicts if (v == "does not move").all()]
             lines.append(f"- `{experiment}`, the optimisation test ({setting.heading.lower()}, "
-                         "margin 0.1 d_dot keys, per view): moves: "
+                         f"{optimisation.TEST_WORDS[setting.test]}, margin 0.1 d_dot keys, per view; a rise in keys "
+                         "[its lower bound]): moves: "
                          + ("; ".join(f"{k} ({', '.join(v)})" for k, v in moves.items()) or "none")
                          + "; does not move in every view: " + (", ".join(held) or "none")
                          + f"; {len(verdicts) - len(moves) - len(held)} of {len(verdicts)} "

@@ -8,11 +8,20 @@ The optimisation test
 A setting's levels are read from the configuration's label: the learning rate ("lr=0.001") and
 the patience ("trainer.patience=10", the words ``settings.split`` adds). A configuration less
 those words that ran at two levels or more, the published one among them (lr 1e-3; patience
-10), is tested in each view (loss, accuracy, keys
-retrieved) on its seeds' failure points (``capacity.seed_table``). For each other level, d is the
-difference of the mean failure points over seeds (that level minus the published one), with
-Welch's t interval (unequal variances, Welch-Satterthwaite degrees of freedom; 2 seeds or more at
-both levels, else no interval). With m other levels and a margin delta = 0.1 x d_dot keys (0.1 x
+10), is tested in each view (loss, accuracy, keys retrieved) on its seeds' failure points
+(``capacity.seed_table``). For each other level, d is that level's failure point minus the
+published one's, with a t interval; the setting names the test (2 seeds or more at both levels,
+else no interval):
+- the learning rate, Welch's: d is the difference of the mean failure points over seeds, the
+  levels taken as independent samples (unequal variances, Welch-Satterthwaite degrees of
+  freedom). Another lr changes a run from its first step; the seed fixes only its
+  initialisation and data.
+- the patience, paired: d is the mean over seeds of each seed's own difference (n - 1 degrees
+  of freedom; a seed missing at either level is left out). A run under the longer patience is
+  the run under the shorter one continued past its stop, so a seed's two failure points share
+  everything but the extra steps: Welch's test would count the seeds' spread, which the
+  difference cancels, against the setting.
+With m other levels and a margin delta = 0.1 x d_dot keys (0.1 x
 the median failure point at the published level for a map without d_dot), the verdict is:
 - "moves" when some level raises the failure point: the lower end of its one-sided (1 - 0.05/m)
   interval (Bonferroni over the m levels) is above 0. The limit at the published setting is then
@@ -27,8 +36,14 @@ A seed whose value in a view is a bound (outcome never_fails: a lower bound; fai
 an upper bound) enters the test as that value; each row counts such seeds. A lower bound at
 another level can hide a rise: a "does not move" that rests on such seeds holds for the bounds,
 not for the failure points. Seeds without data are left out. When neither level's seeds spread,
-the interval is d itself. The interval's coverage, the rate of a false "does not move" and the
-power are checked by simulation with known truth (``coverage``).
+the interval is d itself (paired: when the seeds' differences do not spread). Both tests assume
+that each seed's failure point varies about its level's mean in one law. A rise that only some
+seeds show (the others' runs unchanged) breaks that: when none of the tested seeds is among them,
+nothing tells the rise from none. With 3 seeds and a rise of delta that half the seeds carry,
+either test says "does not move" in 1 study in 8 to 10; so "does not move" says no level raises
+a typical seed's failure point by delta. The intervals' coverage, the rate of a false "does not
+move" and the power are checked by simulation with known truth (``coverage``), correlated
+seeds, outliers and rises carried by some seeds included.
 """
 
 from __future__ import annotations
@@ -75,8 +90,23 @@ def welch(base, other) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m1 - m0, np.sqrt(v0 + v1), dof
 
 
+def paired(base, other) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, se, dof) of the seeds' differences other - base, seed for seed along the last axis
+    (a seed missing, NaN, at either level left out): their mean, its standard error and n - 1
+    degrees of freedom; se is NaN below 2 pairs."""
+    base, other = np.broadcast_arrays(np.asarray(base, float), np.asarray(other, float))
+    n, d, v = _spread(other - base)
+    return d, np.sqrt(v), n - 1.0
+
+
+TESTS = {"welch": welch, "paired": paired}
+TEST_WORDS = {"welch": "Welch's test", "paired": "the paired test"}
+WHAT_D = {"welch": f"Differences of mean failure points over seeds ({TEST_WORDS['welch']})",
+          "paired": f"Mean over seeds of each seed's difference ({TEST_WORDS['paired']})"}
+
+
 def bounds(test, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper): the one-sided ``level`` bounds of d from ``welch``'s (d, se, dof); NaN
+    """(lower, upper): the one-sided ``level`` bounds of d from a test's (d, se, dof); NaN
     without a standard error, d itself where neither side spreads."""
     d, se, dof = test
     spread = np.isfinite(se) & (se > 0)
@@ -98,11 +128,13 @@ def decide(lower, upper, delta) -> np.ndarray:
 @dataclass(frozen=True)
 class Setting:
     """A training setting the test varies: its report heading, the label words that carry its
-    levels (``key=value``) and the published level, one value per key."""
+    levels (``key=value``), the published level, one value per key, and its test (a name in
+    ``TESTS``: the module docstring says which and why)."""
 
     heading: str
     keys: tuple[str, ...]
     published: tuple[str, ...]
+    test: str = "welch"
 
     def level(self, label: str) -> tuple[float, ...] | None:
         """The level ``label`` names (None when it names no value of some key)."""
@@ -127,7 +159,7 @@ class Setting:
 
 LEARNING_RATE = Setting("Learning rate", ("lr",), (PUBLISHED_LR,))
 STOPPING_RULE = Setting("Stopping rule", ("trainer.patience",),
-                        (PUBLISHED_STOPPING["trainer.patience"],))
+                        (PUBLISHED_STOPPING["trainer.patience"],), "paired")
 SETTINGS = (LEARNING_RATE, STOPPING_RULE)
 
 
@@ -168,15 +200,19 @@ def _row(group: str, view: str, part: pd.DataFrame, setting: Setting, base_level
     """One configuration's test in one view (``table``)."""
     s = SUFFIX[view]
     part = part[part[f"outcome{s}"] != "no_data"]
-    at = {r: part.loc[part["level"] == r, f"value{s}"].to_numpy(float)
+    at = {r: part.loc[part["level"] == r].set_index("seed")[f"value{s}"].astype(float)
           for r in [base_level, *others]}
-    base = at[base_level]
+    base = at[base_level].to_numpy()
     margin = MARGIN * (float(d_dot) if pd.notna(d_dot) else
                        (float(np.median(base)) if len(base) else math.nan))
     level = 1 - ALPHA / len(others)
     differences, lower, upper = [], [], []
     for r in others:
-        test = welch(base, at[r])
+        if setting.test == "paired":
+            pair = pd.concat([at[base_level], at[r]], axis=1, join="inner")
+            test = paired(pair.iloc[:, 0], pair.iloc[:, 1])
+        else:
+            test = welch(base, at[r].to_numpy())
         low, high = bounds(test, level)[0], bounds(test, 1 - ALPHA)[1]
         differences.append((setting.words(r), float(test[0]), float(low), float(high)))
         lower.append(float(low))
@@ -209,9 +245,9 @@ def section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame) -> 
         if not out:
             out += [RULE, ""]
         out += [f"### {setting.heading}", "",
-                f"Differences of mean failure points over seeds, each level minus the published "
-                f"one ({published}), in keys: d [one-sided (1 - 0.05/m) lower bound, one-sided "
-                "95% upper bound]. The rule is above.", "",
+                f"{WHAT_D[setting.test]}, each level minus the published one ({published}), in "
+                "keys: d [one-sided (1 - 0.05/m) lower bound, one-sided 95% upper bound]. The "
+                "rule is above.", "",
                 f"| configuration | view | levels | seeds per level | mean at {published} | "
                 f"difference from {published} | margin delta (keys) | verdict | largest upper "
                 "bound: the margin it decides above (keys) | seed values that are bounds |",
@@ -251,13 +287,18 @@ def cap_line(runs: pd.DataFrame) -> str:
 
 
 def simulate(rng, studies: int, seeds: int, means, sds, noise: str = "normal",
-             outlier_rate: float = 0.0, outlier_factor: float = 0.5) -> np.ndarray:
+             outlier_rate: float = 0.0, outlier_factor: float = 0.5,
+             rho: float = 0.0) -> np.ndarray:
     """Failure points of simulated studies with known truth, shape (studies, levels, seeds):
     level j's seeds have mean ``means[j]`` and standard deviation ``sds[j]``,
-    normal or log-normal (``noise``, with that mean and sd), and stall-like outliers: with
-    probability ``outlier_rate`` a seed's value is multiplied by ``outlier_factor``."""
+    normal or log-normal (``noise``, with that mean and sd); a seed's values at the levels
+    correlate by ``rho`` (a share of the noise is the seed's own, as when it draws the same
+    initialisation and data at every level); and stall-like outliers: with probability
+    ``outlier_rate`` a value is multiplied by ``outlier_factor``, each value on its own."""
     means, sds = np.asarray(means, float)[:, None], np.asarray(sds, float)[:, None]
     z = rng.standard_normal((studies, len(means), seeds))
+    if rho:
+        z = math.sqrt(1 - rho) * z + math.sqrt(rho) * rng.standard_normal((studies, 1, seeds))
     if noise == "normal":
         x = means + sds * z
     else:
@@ -268,28 +309,36 @@ def simulate(rng, studies: int, seeds: int, means, sds, noise: str = "normal",
 
 def coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_dot: float = 64.0,
              rises=(0.0, 0.0, 0.0, 0.0), sd: float = 0.05, sd_ratios=(1.0, 0.5, 1.0, 2.0, 1.0),
-             noise: str = "normal", outlier_rate: float = 0.0,
-             outlier_factor: float = 0.5) -> dict[str, float]:
+             noise: str = "normal", outlier_rate: float = 0.0, outlier_factor: float = 0.5,
+             rho: float = 0.0, moved_share: float = 1.0,
+             test: str = "welch") -> dict[str, float]:
     """The test on ``studies`` simulated studies (``simulate``) with known truth. At the published level
     the failure point has mean d_dot and sd ``sd`` x d_dot; at the m = len(rises) other levels
     the mean is raised by ``rises[j]`` x delta (delta = MARGIN x d_dot) and the sd is
-    ``sd`` x d_dot x ``sd_ratios[j + 1]`` (``sd_ratios[0]``: the published level's). The outliers shift every
-    mean by the same factor, 1 - outlier_rate (1 - outlier_factor): the true difference of the
-    observed means is the rise times it; the verdicts are judged against the rise itself.
-    Reported: ``covers``, the share of (study, level) whose two-sided 95% interval covers the true
-    difference; ``upper``, the share whose one-sided 95% upper bound lies above it; ``lower``,
-    the share whose Bonferroni lower bound lies below it (nominal 1 - 0.05/m); and the share of
-    studies with each verdict (``moves``, ``does not move``, ``undecided``)."""
+    ``sd`` x d_dot x ``sd_ratios[j + 1]`` (``sd_ratios[0]``: the published level's); a seed's
+    values correlate by ``rho`` across levels. With ``moved_share`` below 1, a seed at another
+    level repeats its published value exactly (the run is the same run) unless, with that
+    probability, it moves, by ``rises[j]`` x delta / ``moved_share``: the mean rise is the same,
+    carried by a few seeds. The outliers shift every mean by the same factor, 1 - outlier_rate
+    (1 - outlier_factor): the true difference of the observed means is the rise times it; the
+    verdicts are judged against the rise itself. ``paired``: the test on the seeds' differences
+    (``paired``) instead of Welch's. Reported: ``covers``, the share of (study, level) whose
+    two-sided 95% interval covers the true difference; ``upper``, the share whose one-sided 95%
+    upper bound lies above it; ``lower``, the share whose Bonferroni lower bound lies below it
+    (nominal 1 - 0.05/m); and the share of studies with each verdict (``moves``, ``does not
+    move``, ``undecided``)."""
     rng = np.random.default_rng(seed)
     delta, m = MARGIN * d_dot, len(rises)
-    means = d_dot + delta * np.concatenate([[0.0], np.asarray(rises, float)])
+    rise = delta * np.concatenate([[0.0], np.asarray(rises, float)])
     sds = sd * d_dot * np.asarray(sd_ratios, float)[:m + 1]
-    x = simulate(rng, studies, seeds, means, sds, noise, outlier_rate, outlier_factor)
-    truth = (means[1:] - means[0]) * (1 - outlier_rate * (1 - outlier_factor))
-    base, other = x[:, :1, :], x[:, 1:, :]
-    test = welch(base, other)
-    low95, high95 = bounds(test, 1 - ALPHA / 2)
-    lower, upper = bounds(test, 1 - ALPHA / m)[0], bounds(test, 1 - ALPHA)[1]
+    x = simulate(rng, studies, seeds, d_dot + rise / moved_share, sds, noise, outlier_rate,
+                 outlier_factor, rho)
+    x[:, 1:, :] = np.where(rng.random(x[:, 1:, :].shape) < moved_share, x[:, 1:, :],
+                           x[:, :1, :])
+    truth = rise[1:] * (1 - outlier_rate * (1 - outlier_factor))
+    found = TESTS[test](x[:, :1, :], x[:, 1:, :])
+    low95, high95 = bounds(found, 1 - ALPHA / 2)
+    lower, upper = bounds(found, 1 - ALPHA / m)[0], bounds(found, 1 - ALPHA)[1]
     verdicts = decide(lower, upper, delta)
     return {"covers": float(((low95 <= truth) & (truth <= high95)).mean()),
             "upper": float((truth <= upper).mean()), "lower": float((lower <= truth).mean()),
