@@ -21,8 +21,8 @@ else no interval):
   the run under the shorter one continued past its stop, so a seed's two failure points share
   everything but the extra steps: Welch's test would count the seeds' spread, which the
   difference cancels, against the setting.
-With m other levels and a margin delta = 0.1 x d_dot keys (0.1 x
-the median failure point at the published level for a map without d_dot), the verdict is:
+With m other levels and a margin delta = 0.1 x d_dot keys (0.1 x the median failure point at the
+published level for a map without d_dot), the verdict is:
 - "moves" when some level raises the failure point: the lower end of its one-sided (1 - 0.05/m)
   interval (Bonferroni over the m levels) is above 0. The limit at the published setting is then
   the optimiser's. This is checked first: a rise shown above 0 is "moves" even when below delta.
