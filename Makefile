@@ -15,7 +15,7 @@ TORCH_CPU ?= torch==2.13.0
 TEST_WORKERS ?= auto
 STAMP := $(VENV)/.installed
 
-.PHONY: help install sweep run plots docs test test-slow bench sync clean-venv
+.PHONY: help install sweep run plots docs test test-slow bench sync wheels clean-venv
 
 help:  ## list the targets and the variables they take
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,6 +40,11 @@ run: install  ## train one configuration: make run ARGS="feature_map=dpfp featur
 
 plots: install  ## regenerate tables, figures and report of an experiment from the store
 	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) $(OVERRIDES)
+
+wheels: install  ## .whl/: the dependencies a GPU machine with torch may lack, as wheels (scripts/gpu_check.sh)
+	rm -rf .whl
+	$(PY) -m pip wheel -q --no-deps -w .whl $$($(PY) -m pip freeze | grep -iE \
+	    '^(hydra-core|omegaconf|antlr4-python3-runtime|hydra-joblib-launcher|joblib)==')
 
 docs: install  ## rewrite docs/results.md and README's results summary from results/reference
 	$(PY) -m kernelzoo.results_doc

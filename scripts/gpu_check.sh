@@ -5,6 +5,7 @@
 #
 # 1. finds a Python whose torch sees a GPU ($PYTHON, .venv/bin/python, python3; else it tries to
 #    create .venv-gpu with `pip install torch` and the project, which needs network access);
+#    without hydra there, it installs the wheels `make wheels` wrote to .whl/ (carry .whl along);
 # 2. correctness on cuda: the fast path against the reference and against the CPU, outputs and
 #    gradients, for every Figure 2 map and the delta rule (inline below), then the fast-path
 #    tests of tests/test_model.py and tests/test_memory.py with KERNELZOO_TEST_DEVICE=cuda, the
@@ -55,6 +56,13 @@ if [[ -z "$PY" ]]; then
         && has_cuda .venv-gpu/bin/python && PY=$(pwd)/.venv-gpu/bin/python
 fi
 if [[ -z "$PY" ]]; then echo "FAIL: no CUDA torch available"; exit 1; fi
+if ! "$PY" -c "import hydra" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+    # an offline machine with torch: the wheels `make wheels` left in .whl/, beside its packages
+    # (kernelzoo itself runs from src/ below, the code of this tree)
+    SITE=$(mktemp -d)
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl \
+        && export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} && echo "installed .whl/ into $SITE"
+fi
 if ! "$PY" -c "import kernelzoo" 2>/dev/null; then  # src layout: usable without installing
     export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 fi
