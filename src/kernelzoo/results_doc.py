@@ -289,8 +289,8 @@ def summary(root: Path = ROOT) -> list[str]:
                      if (rows["verdict"] == "moves").any()}
             held = [label for label, v in verdicts if (v == "does not move").all()]
             lines.append(f"- `{experiment}`, the optimisation test ({setting.heading.lower()}, "
-                         f"{optimisation.TEST_WORDS[setting.test]}, margin 0.1 d_dot keys, per view; a rise in keys "
-                         "[its lower bound]): moves: "
+                         f"{optimisation.TEST_WORDS[setting.test]}, margin 0.1 d_dot keys, "
+                         "per view; a rise in keys [its lower bound]): moves: "
                          + ("; ".join(f"{k} ({', '.join(v)})" for k, v in moves.items()) or "none")
                          + "; does not move in every view: " + (", ".join(held) or "none")
                          + f"; {len(verdicts) - len(moves) - len(held)} of {len(verdicts)} "
