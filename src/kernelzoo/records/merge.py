@@ -1,0 +1,124 @@
+"""Merge one experiment's store into another: the finished runs, the search's series and the
+sweeper's invocations of a sweep that ran elsewhere (another machine, a worktree, a store kept
+apart while its search was unfinished) join the store it extends, which the analysis then reads
+as one (`python -m kernelzoo.merge`).
+
+Nothing is overwritten: a run both stores hold must have the same summary, and a series both
+hold must have one record's probes begin the other's (a search continued from the same probes);
+anything else is a conflict, reported before anything is written. A run without its summary (an
+interrupted one) stays behind. Each run directory arrives whole (copied beside, then renamed);
+``search.json`` and ``sweep.json`` are written whole; a merge that is interrupted and run again
+finishes the job and copies nothing twice. The store follows no link (``store.guard``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+
+from kernelzoo.records import history, store
+from kernelzoo.records.files import StoreError, atomic_write_text
+
+
+@dataclass
+class Merged:
+    """What a merge did: run ids copied, already present, and left behind unfinished; search
+    series added or extended; sweeper invocations added."""
+    copied: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+    series: int = 0
+    invocations: int = 0
+
+    def line(self, source: Path, target: Path) -> str:
+        return (f"merged {source} into {target}: {len(self.copied)} runs copied, "
+                f"{len(self.present)} already there, {len(self.unfinished)} unfinished left "
+                f"behind; {self.series} search series added or extended, {self.invocations} "
+                "sweep invocations added")
+
+
+def _runs(exp_dir: Path) -> dict[str, Path]:
+    runs = exp_dir / "runs"
+    store.guard(exp_dir.parent, runs)
+    return {p.name: store.guard(exp_dir.parent, p) for p in sorted(runs.iterdir())
+            if not p.name.startswith(".")} if runs.is_dir() else {}
+
+
+def _series(source: dict, target: dict) -> tuple[dict, int]:
+    """The union of two search records' series; a series in both keeps the longer probe list
+    when the shorter begins it."""
+    merged, changed = dict(target), 0
+    for key, theirs in source.items():
+        ours = target.get(key)
+        if ours is None or ours == theirs:
+            changed += ours is None
+            merged[key] = theirs
+            continue
+        a, b = ours["probes"], theirs["probes"]
+        shorter, longer = (a, b) if len(a) <= len(b) else (b, a)
+        if longer[:len(shorter)] != shorter:
+            raise StoreError(f"search series {key}: the two stores probed it differently; "
+                             "valid: stores whose common series share their first probes")
+        if longer is b:
+            merged[key], changed = theirs, changed + 1
+    return merged, changed
+
+
+def merge(source: str | Path, target: str | Path) -> Merged:
+    """Merge the experiment directory ``source`` (``<results_dir>/<experiment>``) into
+    ``target``; StoreError naming the first conflict, with nothing written. Holds the locks a
+    sweep takes to write ``target``'s records, so a sweep on ``target`` keeps its own too."""
+    source, target = Path(source), Path(target)
+    if source.resolve() == target.resolve():
+        raise StoreError(f"{source}: merged into itself; valid: two different stores")
+    if not (source / "runs").is_dir():
+        raise StoreError(f"{source}: no runs/ to merge; valid: an experiment directory of a "
+                         "results store, <results_dir>/<experiment>")
+    target.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{history.search_file(target)}.lock"), \
+            FileLock(f"{history.sweep_file(target)}.lock"):
+        return _merge(source, target)
+
+
+def _merge(source: Path, target: Path) -> Merged:
+    done = Merged()
+    theirs, ours = _runs(source), _runs(target)
+    for rid, path in theirs.items():
+        if not store.is_done(path):
+            done.unfinished.append(rid)
+        elif rid not in ours:
+            done.copied.append(rid)
+        elif not store.is_done(ours[rid]):
+            raise StoreError(f"{ours[rid]}: unfinished in {target} but finished in {source}; "
+                             "valid: finish or remove the unfinished run, then merge")
+        elif store.read_summary(ours[rid]) != store.read_summary(path):
+            raise StoreError(f"run {rid}: the two stores hold different results; valid: stores "
+                             "whose common runs agree")
+        else:
+            done.present.append(rid)
+    search, done.series = _series(history.read_search(source) or {},
+                                  history.read_search(target) or {})
+    sweeps = [history.read_sweep(d) or {"invocations": []} for d in (target, source)]
+    known = [json.dumps(i, sort_keys=True) for i in sweeps[0]["invocations"]]
+    added = [i for i in sweeps[1]["invocations"] if json.dumps(i, sort_keys=True) not in known]
+    done.invocations = len(added)
+
+    (target / "runs").mkdir(parents=True, exist_ok=True)
+    for rid in done.copied:
+        beside = store.guard(target.parent, target / "runs" / f".{rid}.merging")
+        store.remove(beside)
+        shutil.copytree(theirs[rid], beside, ignore=shutil.ignore_patterns(".claim"))
+        beside.rename(target / "runs" / rid)
+    if done.series:
+        atomic_write_text(history.search_file(target), json.dumps({"series": search}, indent=1)
+                          + "\n")
+    if added:
+        invocations = sorted(sweeps[0]["invocations"] + added, key=lambda i: i.get("started", ""))
+        record = {"invocations": invocations,
+                  "wall_seconds": round(sum(i["wall_seconds"] for i in invocations), 1)}
+        atomic_write_text(history.sweep_file(target), json.dumps(record, indent=2) + "\n")
+    return done
