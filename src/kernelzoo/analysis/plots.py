@@ -11,6 +11,7 @@ colours, label order, error bars and legends in ``style.py``.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -364,7 +365,7 @@ def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: P
         for stop in stops:
             ax.axhline(stop, color="grey", ls="-.", lw=1, label=f"stop at {stop:g}")
         ax.set_yscale("log")
-        ax.set_title(label, fontsize=9)
+        ax.set_title(textwrap.fill(label, 44), fontsize=9)  # a panel's width at 9 pt
         ax.set_xlabel("training step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=6.5, frameon=False)
