@@ -111,7 +111,11 @@ def test_the_command_says_what_it_did_and_refuses_a_link(stores, tmp_path):
     assert res.returncode == 1 and "a symbolic link in the store" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     (pending / "runs" / "elu-link").unlink()
+    run = next((pending / "runs").glob("dpfp*S64*"))
+    (outside / "secret").write_text("not the store's")
+    (run / "notes").symlink_to(outside / "secret")  # a link inside a run is copied as a link
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+    assert (ref / "runs" / run.name / "notes").is_symlink()
     assert "3 runs copied, 0 already there, 1 unfinished left behind" in res.stdout
     assert "2 search series added or extended, 2 sweep invocations added" in res.stdout

@@ -111,7 +111,8 @@ def _merge(source: Path, target: Path) -> Merged:
     for rid in done.copied:
         beside = store.guard(target.parent, target / "runs" / f".{rid}.merging")
         store.remove(beside)
-        shutil.copytree(theirs[rid], beside, ignore=shutil.ignore_patterns(".claim"))
+        shutil.copytree(theirs[rid], beside, symlinks=True,  # a link is copied as a link
+                        ignore=shutil.ignore_patterns(".claim", "checkpoint.pt"))
         beside.rename(target / "runs" / rid)
     if done.series:
         atomic_write_text(history.search_file(target), json.dumps({"series": search}, indent=1)
