@@ -85,12 +85,15 @@ def test_a_pending_store_joins_whole_and_a_second_merge_adds_nothing(stores, tmp
 
 
 @pytest.mark.parametrize("spoil, needle", [
+    ("experiment", "two experiments"),
     ("run", "the two stores hold different results"),
     ("series", "search series elu-2: the two stores probed it differently"),
 ])
 def test_a_conflict_is_refused_before_anything_is_written(stores, spoil, needle):
     ref, pending = stores
-    if spoil == "run":
+    if spoil == "experiment":
+        pending = pending.rename(pending.with_name("figure2"))
+    elif spoil == "run":
         write_series(pending, {96: 1e-4}, seed=2)  # the reference says 0.3 at 96 keys, seed 2
     else:
         found = json.loads((pending / "search.json").read_text())["series"]

@@ -75,6 +75,9 @@ def merge(source: str | Path, target: str | Path) -> Merged:
     source, target = Path(source), Path(target)
     if source.resolve() == target.resolve():
         raise StoreError(f"{source}: merged into itself; valid: two different stores")
+    if source.name != target.name:
+        raise StoreError(f"{source} into {target}: two experiments; valid: the same "
+                         "experiment's directory in two results stores")
     if not (source / "runs").is_dir():
         raise StoreError(f"{source}: no runs/ to merge; valid: an experiment directory of a "
                          "results store, <results_dir>/<experiment>")
