@@ -32,7 +32,7 @@ from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
 from kernelzoo.analysis.rankings import view_rhos
 from kernelzoo.analysis.report import observed, published
-from kernelzoo.analysis.style import bound, cell
+from kernelzoo.analysis.style import bound, cell, sizing_param
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
@@ -252,6 +252,30 @@ def analysis_document() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _favor_summary(store: Path) -> list[str]:
+    """favor_diagnosis in one line: each fix's main effect in the loss view (the factorial),
+    then the loss-view failure point at each d_dot of the family searched at most d_dot levels
+    (all three fixes) and what the d_dot law test says of it."""
+    if not (store / "factorial.csv").exists():
+        return []
+    effects = pd.read_csv(store / "factorial.csv")
+    main = effects[(effects["view"] == "loss") & (effects["order"] == 1)]
+    laws = pd.read_csv(store / "scaling.csv")
+    law = laws[laws["view"] == "loss"].sort_values("n_d_dot", kind="stable").iloc[-1]
+    capacity = pd.read_csv(store / "capacity.csv")
+    size = sizing_param(law["feature_map"])  # FAVOR+'s m, left out of a family's params
+    sized = capacity["params"].str.replace(rf"(^|,){size}=\d+", "", regex=True).str.lstrip(",")
+    family = capacity[(sized == law["params"]) & (capacity["d_key"] == law["d_key"])]
+    return [f"- `favor_diagnosis` ({int(capacity['n_seeds'].max())} seeds, loss view), each fix's "
+            f"ratio on the failure point ({main['design'].iloc[0]}) [95% interval]: " + "; ".join(
+                f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
+                for r in main.itertuples())
+            + f"; with every fix ({law['family']}), the failure point per d_dot: " + "; ".join(
+                f"{r.d_dot}: {observed(r)}" for r in family.sort_values("d_dot").itertuples())
+            + f" (n* = d_dot: F test p = {law['p_identity']:.2g}, "
+            + ("consistent" if law["follows_d_dot"] else "rejected") + ")."]
+
+
 def summary(root: Path = ROOT) -> list[str]:
     """README's short summary: per study, its headline numbers."""
     lines = [START]
@@ -278,6 +302,7 @@ def summary(root: Path = ROOT) -> list[str]:
                      "failure point / d_dot in the accuracy view: " + "; ".join(
                          f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
                          for r in best.itertuples()) + ".")
+    lines += _favor_summary(root / "results" / "reference" / "favor_diagnosis")
     for experiment in ("lr_robustness", "lr_patience"):
         store = root / "results" / "reference" / experiment
         found_by_setting = optimisation_tables(store) if (store / "capacity.csv").exists() else {}
