@@ -75,7 +75,7 @@ def capacity_lines(table: pd.DataFrame) -> list[str]:
     lines = ["| configuration | d_dot | seeds | loss view | accuracy view | keys retrieved | "
              "rank bound | stalled runs |", "|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
-        lines.append(f"| {r.label} | {cell(r.d_dot) if pd.notna(r.d_dot) else 'unbounded'} | "
+        lines.append(f"| {r.label} | {int(r.d_dot) if pd.notna(r.d_dot) else 'unbounded'} | "
                      f"{r.n_seeds} | {observed(r)} | {observed(r, 'accuracy')} | "
                      f"{observed(r, 'keys_retrieved')} | {cell(r.rank_bound)} | "
                      f"{int(r.stalled_runs)} |")
