@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from kernelzoo.analysis import factorial, optimisation, prediction, rankings, scaling
+from kernelzoo.analysis import (between_sizes, factorial, optimisation, prediction, rankings,
+                                scaling)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
@@ -180,7 +181,10 @@ def section(experiment: str, root: Path) -> list[str]:
                   for _, group in laws.groupby(["family", "view"], sort=False)
                   if group["d_dot"].nunique() >= 2]
         lines.append("")
+    family = ({label: r.family for r in laws.itertuples()
+               for label in str(r.configurations).split("; ")} if laws is not None else None)
     lines += rankings.section(table, level=3)
+    lines += between_sizes.section(table, family, level=3) if family else []
     if (store / "factorial.csv").exists():
         lines += factorial.summary(pd.read_csv(store / "factorial.csv"))
     return lines
@@ -235,6 +239,7 @@ def analysis_document() -> str:
          optimisation.RULE),
         ("Stalls and their checks", stalls, stalls.RULE),
         ("Rankings per view and why they disagree", rankings, rankings.RULE),
+        ("Rankings between sizes", between_sizes, between_sizes.RULE),
         ("Factorial effects", factorial, factorial.RULE),
         ("Predicting the failure point", prediction, prediction.__doc__.split("\n\n")[1]),
         ("Diagnostics", diagnostics, diagnostics.__doc__.split("\n\n", 1)[1]),

@@ -1,6 +1,6 @@
 """Maps ranked by capacity efficiency in each view: the report's efficiency table with the
 views' rank correlations (``efficiency_table``, ``view_rhos``) and, at each size, why the views
-disagree (``section``). Pure: it reads no file.
+disagree (``section``); ``between_sizes.py`` compares the sizes. Pure: it reads no file.
 
 Rankings and their disagreements
 --------------------------------
@@ -24,6 +24,7 @@ What limits a map in every view is listed beside, for every configuration: rank 
 effective rank of the written keys' features at n_keys = d_dot fell by more than ``COLLAPSE``
 during training) and fewer features read than written (the rank bound, the read-out's rank of
 ``rank_bound.py``, below 0.9 d_dot: a query that reads fewer features than the keys write).
+
 """
 
 from __future__ import annotations
@@ -191,6 +192,15 @@ def disagreements(capacity: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def efficiency_cell(r, view: str) -> str:
+    """Efficiency in ``view`` of a row of ``efficiency_order``: median [interval], or a bound."""
+    s = SUFFIX[view]
+    ratio, outcome = r[f"ratio{s}"], r[f"outcome{s}"]
+    if outcome != "fails_at":
+        return f"{'>=' if outcome == 'never_fails' else '<='} {ratio:.2f}"
+    return f"{ratio:.2f} [{r['efficiency_low']:.2f}, {r['efficiency_high']:.2f}]"
+
+
 def _point(r, view: str) -> str:
     s = SUFFIX[view]
     return bound(getattr(r, f"observed_capacity{s}"), getattr(r, f"outcome{s}"))
@@ -251,13 +261,7 @@ def efficiency_table(capacity: pd.DataFrame) -> list[str]:
             if row.empty:
                 cells.append("–")
                 continue
-            row = row.iloc[0]
-            s = SUFFIX[v]
-            ratio, outcome = row[f"ratio{s}"], row[f"outcome{s}"]
-            value = (f"{ratio:.2f} [{row['efficiency_low']:.2f}, {row['efficiency_high']:.2f}]"
-                     if outcome == "fails_at" else
-                     f"{'>=' if outcome == 'never_fails' else '<='} {ratio:.2f}")
-            cells.append(f"{ranks[v][r.label]}: {value}")
+            cells.append(f"{ranks[v][r.label]}: {efficiency_cell(row.iloc[0], v)}")
         lines.append(f"| {r.label} | {r.predicted_capacity} | " + " | ".join(cells) + " |")
     lines += ["", *view_agreement(capacity), "", *section(capacity)]
     return lines

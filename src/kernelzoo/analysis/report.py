@@ -4,8 +4,8 @@ Sections: what was run (runs, steps, wall time, machine, sweep invocations), the
 rule, the capacity table in three views (loss, accuracy, keys retrieved: each with its bracket or
 interval over seeds; the rank bound; for the authors' own configurations the failure point of
 their published losses), the comparison with the paper (loss view), capacity efficiency per view
-and how far the views' rankings agree (per size, each disagreement's cause: ``rankings.py``),
-the update rules compared (``update_rules.py``), capacity or optimisation: the learning rates
+and how far the views' rankings agree (per size, each disagreement's cause: ``rankings.py``;
+between sizes, each family's move: ``between_sizes.py``), the update rules compared (``update_rules.py``), capacity or optimisation: the learning rates
 and stopping rules compared (``optimisation.py``), capacity against d_dot per family and view (``scaling.py``), the
 memory's sections (``sections.py``: the rank bound and the features a query reads, the feature
 rank during training, the prediction from the n_keys = d_dot probe, the stalls and their
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo.analysis import factorial, optimisation, scaling, update_rules
+from kernelzoo.analysis import between_sizes, factorial, optimisation, scaling, update_rules
 from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
@@ -300,7 +300,9 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                   + "; ".join(f"{r.label} {observed(r)} against {published(r)}"
                               + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
                                  else "") for r in theirs.itertuples()) + "."]
-    lines += ["", *efficiency_table(capacity), *update_rules.section(capacity, runs),
+    family = {label: f.name for f in families for label in f.points["label"].unique()}
+    lines += ["", *efficiency_table(capacity), *between_sizes.section(capacity, family),
+              *update_rules.section(capacity, runs),
               *optimisation.section(seeds, capacity, runs),
               *scaling.section(families), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),

@@ -1,0 +1,146 @@
+"""How the maps' rankings move between sizes: the families present at two sizes, ranked per
+view at each, and why a family moves (``section``, the report's subsection after "Rankings per
+view"). Pure: it reads no file.
+
+Rule (stated again in docs/analysis.md)
+---------------------------------------
+Between two neighbouring sizes (``rankings.sizes``), the families present at both
+(``scaling.py``'s family: the configuration without what d_dot decides) are ranked among
+themselves at each size, per view, by efficiency = failure point / d_dot, and the two orders
+compared (Spearman's rho). It needs more than 2 x ``GAP`` families ranked at both sizes; with
+fewer, a move of ``GAP`` places spans most of the order, and the d_dot law per family
+(``scaling.py``) answers instead. A family moves in a view when its rank changes by ``GAP``
+places or more. The move is explained by:
+- its own efficiency, where that changed in the direction of the move (the two sizes'
+  intervals apart; a bound counts as the half-line it allows), together with what the store
+  measured at one size only (rank collapse, fewer features read than written, a diluted
+  read-out: ``rankings.py``), or else no measured cause;
+- otherwise (its efficiency held, or changed against the move), the families it swaps order
+  with whose own efficiency changed, or else the seeds' intervals.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from scipy import stats
+
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.rankings import GAP, HEADLINE, diluted, efficiency_cell, limits, ranks
+from kernelzoo.analysis.scaling import efficiency_order
+from kernelzoo.analysis.style import natural_key
+
+RULE = __doc__.partition("---\n")[2].strip()
+
+
+def _span(r, view: str) -> tuple[float, float]:
+    """The efficiencies a row of ``efficiency_order`` allows in ``view``: its interval, or from
+    a lower bound up, or up to an upper bound."""
+    outcome, ratio = r[f"outcome{SUFFIX[view]}"], r[f"ratio{SUFFIX[view]}"]
+    if outcome == "never_fails":
+        return ratio, math.inf
+    if outcome == "fails_everywhere":
+        return 0.0, ratio
+    return r["efficiency_low"], r["efficiency_high"]
+
+
+def _change(a, b, view: str) -> str | None:
+    """"falls" or "rises" where efficiency rows ``a`` (smaller size) and ``b`` in ``view`` are
+    apart (``_span``); None where they overlap."""
+    (alo, ahi), (blo, bhi) = _span(a, view), _span(b, view)
+    if bhi < alo:
+        return "falls"
+    return "rises" if blo > ahi else None
+
+
+def _features(r) -> dict[str, str]:
+    """What the store measured of capacity row ``r`` that can limit it: kind -> the words."""
+    found = limits(r) + ([f"diluted read-out (accuracy {r.observed_capacity_acc:.3g} against "
+                          f"loss {r.observed_capacity:.3g})"] if diluted(r) else [])
+    return {words.split(" (")[0]: words for words in found}
+
+
+def _differences(a, b, small: int, large: int) -> list[str]:
+    """The features (``_features``) of capacity rows ``a`` and ``b`` found at one size only."""
+    fa, fb = _features(a), _features(b)
+    return ([f"{fb[k]} at d_dot {large} only" for k in fb if k not in fa]
+            + [f"{fa[k]} at d_dot {small} only" for k in fa if k not in fb])
+
+
+def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
+         large: int) -> str:
+    """Family ``name``'s table row: its rank at both sizes per view (bold: moved) and why it
+    moved (module docstring). ``orders[size, view]``: family -> rank; ``rows[size, view]``: its
+    ``efficiency_order`` rows by family; ``rows[size]``: its capacity rows by family."""
+    cells, own, other = [], [], []
+    for view in VIEWS:
+        ra, rb = orders[small, view].get(name), orders[large, view].get(name)
+        if ra is None or rb is None:
+            cells.append("–")
+            continue
+        moved = abs(ra - rb) >= GAP
+        cells.append(f"**{ra} -> {rb}**" if moved else f"{ra} -> {rb}")
+        if not moved:
+            continue
+        a, b = rows[small, view].loc[name], rows[large, view].loc[name]
+        change, words = _change(a, b, view), f"{efficiency_cell(a, view)} -> {efficiency_cell(b, view)}"
+        if change and (change == "falls") == (rb > ra):  # its own change moves it
+            own.append(f"{VIEW_WORDS[view]} efficiency {change}, {words}")
+            continue
+        swapped = [o for o in common if o != name and o in orders[small, view]
+                   and o in orders[large, view]
+                   and (orders[small, view][o] < ra) != (orders[large, view][o] < rb)
+                   and _change(rows[small, view].loc[o], rows[large, view].loc[o], view)]
+        other.append(f"{VIEW_WORDS[view]} efficiency {change or 'held'}, {words}: "
+                     + (f"it swaps with {', '.join(swapped)}, whose efficiency changed"
+                        if swapped else "within the seeds' intervals"))
+    if own:
+        found = _differences(rows[small].loc[name], rows[large].loc[name], small, large)
+        own.append("; ".join(found) or "no measured cause (the same diagnostics at both sizes)")
+    return f"| {name} | " + " | ".join(cells) + " | " + "; ".join(own + other) + " |"
+
+
+def section(capacity: pd.DataFrame, family: dict[str, str], level: int = 2) -> list[str]:
+    """The rankings of the families present at two sizes compared, for each pair of
+    neighbouring sizes with enough families ranked at both in the headline view (module
+    docstring), as markdown headed at ``level`` + 1; ``family``: configuration label -> its
+    family's name (``scaling.families``, or scaling.csv's configurations column)."""
+    table = ranks(capacity)
+    if table.empty:
+        return []
+    table = table.assign(family=table["label"].map(family)).dropna(subset=["family"])
+    table = table[~table.duplicated(["size", "family"], keep=False)]
+    found = sorted(table["size"].unique())
+    lines = []
+    for small, large in zip(found, found[1:]):
+        at = {n: table[(table["size"] == n) & table[f"rank{SUFFIX[HEADLINE]}"].notna()]
+              .set_index("family") for n in (small, large)}
+        common = sorted(set(at[small].index) & set(at[large].index), key=natural_key)
+        if len(common) <= 2 * GAP:
+            continue
+        rows, orders = {}, {}
+        for n in (small, large):
+            mine = capacity[capacity["label"].isin(at[n].loc[common, "label"])]
+            rows[n] = mine.set_index(mine["label"].map(family))
+            for view in VIEWS:
+                order = efficiency_order(mine, view)
+                orders[n, view] = pd.Series(range(1, len(order) + 1),
+                                            index=order["label"].map(family).to_numpy())
+                rows[n, view] = order.set_index(order["label"].map(family))
+        lines += ["#" * (level + 1) + f" Between sizes: d_dot {small} and {large}", "",
+                  f"The {len(common)} families present at both sizes, ranked among themselves "
+                  "at each (efficiency = failure point / d_dot); a rank in bold moved by "
+                  f"{GAP} places or more.", ""]
+        for view in VIEWS:
+            both = pd.concat([orders[small, view], orders[large, view]], axis=1).dropna()
+            if len(both) >= 3:
+                rho = stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic
+                lines.append(f"- {VIEW_WORDS[view]}: Spearman rho = {rho:.2f} over "
+                             f"{len(both)} families.")
+        lines += ["", "| family | " + " | ".join(f"{VIEW_WORDS[v]} rank" for v in VIEWS)
+                  + " | what changes |", "|---|" + "---|" * (len(VIEWS) + 1)]
+        lines += [_row(name, common, orders, rows, small, large) for name in sorted(
+            common, key=lambda f: (orders[large, HEADLINE].get(f, math.inf), natural_key(f)))]
+        lines.append("")
+    return lines
