@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from synthetic import write_grid_store, write_update_store
 
 from kernelzoo import analyze
-from kernelzoo.analysis import heatmaps, plots, published, scaling, style
+from kernelzoo.analysis import efficiency, heatmaps, plots, published, scaling, style
 from kernelzoo.analysis.capacity import capacity_table, loss_failure, seed_table
 
 TAU = 0.01
@@ -57,7 +57,7 @@ def drawn(monkeypatch, tmp_path):
         figures.append(fig)
         return path
 
-    for module in (plots, scaling):
+    for module in (plots, scaling, efficiency):
         monkeypatch.setattr(module, "save", keep)
 
     def draw(function, *args):
@@ -82,7 +82,7 @@ def inside(artist, ax) -> bool:
 
 def test_efficiency_shows_each_seed_beside_the_median_and_names_its_interval(grid, drawn):
     runs, seeds, capacity, _ = grid
-    fig = drawn(scaling.capacity_efficiency, capacity, seeds, style.config_colors(capacity["label"]))
+    fig = drawn(efficiency.capacity_efficiency, capacity, seeds, style.config_colors(capacity["label"]))
     for ax in fig.axes:
         assert not ax.patches  # medians and intervals, no bars
         dots = [c for c in ax.collections if c.get_gid() == "seeds"]
@@ -95,7 +95,7 @@ def test_efficiency_shows_each_seed_beside_the_median_and_names_its_interval(gri
     assert "solid bar: min-max of 3 seeds (order-statistic interval, 75%)" in texts
     assert "dashed bar: one seed's bracket [last pass, first fail]" in texts
     assert any(t.startswith("each seed") for t in texts)
-    assert set(scaling.efficiency_table(capacity)["interval"]) >= {
+    assert set(efficiency.efficiency_table(capacity)["interval"]) >= {
         "min-max of 3 seeds (order-statistic interval, 75%)",
         "bracket: one seed's [last pass, first fail]", "one seed: no interval"}
 
@@ -190,7 +190,7 @@ def test_no_figure_draws_capacity_against_a_quantity_made_from_it(grid, monkeypa
     itself."""
     runs, seeds, capacity, families = grid
     figures = {}
-    for module in (plots, scaling):
+    for module in (plots, scaling, efficiency):
         monkeypatch.setattr(module, "save", lambda fig, path: figures.setdefault(path.stem, fig)
                             and path)
     paths, _ = plots.all_figures(runs, seeds, capacity, published.points(runs), pd.DataFrame(),

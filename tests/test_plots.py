@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from synthetic import analyze_store, write_run, write_series
 
 from kernelzoo import analyze
-from kernelzoo.analysis import heatmaps, plots, published, scaling, style
+from kernelzoo.analysis import efficiency, heatmaps, plots, published, style
 from kernelzoo.analysis.capacity import capacity_table, seed_table
 from kernelzoo.analysis.report import markdown_table
 
@@ -190,11 +190,11 @@ def test_capacity_efficiency_ranks_failure_point_per_d_dot(analysed):
     exp, _, _ = analysed
     capacity = pd.read_csv(exp / "capacity.csv")
     for view, ratio in (("loss", "ratio"), ("accuracy", "ratio_acc")):
-        ranked = scaling.efficiency_order(capacity, view)
+        ranked = efficiency.efficiency_order(capacity, view)
         assert list(ranked[ratio]) == sorted(ranked[ratio], reverse=True)
         assert (ranked["efficiency_low"] <= ranked[ratio] + 1e-12).all()
     report = (exp / "report.md").read_text()
     assert "## Capacity efficiency (failure point / d_dot), per view" in report
-    first = scaling.efficiency_order(capacity, "accuracy")["label"].iloc[0]  # the headline view
+    first = efficiency.efficiency_order(capacity, "accuracy")["label"].iloc[0]  # the headline view
     assert any(line.startswith(f"| {first} | ") and "| 1: " in line
                for line in report.splitlines())

@@ -93,3 +93,8 @@ def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, ca
     assert any(line.startswith("  ELU+1 (loss view): n* = ") and "n* = d_dot rejected at 5%" in line
                for line in out)
     assert out[-1].startswith(f"{tmp_path / 'none.csv'}: unreadable")
+
+
+def test_nearby_d_dot_levels_share_one_tick_labelled_with_their_range():
+    assert scaling._ticks([64, 65, 66, 128, 135, 136, 512]) == {64: "64-66", 128: "128-136",
+                                                                512: "512"}

@@ -39,8 +39,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import config
 from kernelzoo.hydra_adapter import args_parser
-from kernelzoo.analysis import (factorial, plots, prediction, published, rank_bound, scaling,
-                                settings, stalls)
+from kernelzoo.analysis import (efficiency, factorial, plots, prediction, published, rank_bound,
+                                scaling, settings, stalls)
 from kernelzoo.records import tracking
 from kernelzoo.analysis.capacity import RULE, by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
@@ -153,7 +153,7 @@ def dashboard_tables(runs: pd.DataFrame, capacity: pd.DataFrame,
                      families: list[scaling.Family]) -> dict[str, pd.DataFrame]:
     """The tables of the wandb dashboard (``tracking.log_dashboard``), each with feature_map and
     view columns to filter by: capacity (``capacity.by_view``), efficiency
-    (``scaling.efficiency_table``), scaling (``scaling.csv``) and keys: per configuration, view
+    (``efficiency.efficiency_table``), scaling (``scaling.csv``) and keys: per configuration, view
     and n_keys the median over seeds of the final eval loss, accuracy or keys retrieved (no
     value where the run diverged), one ``series`` per configuration (a search's: per seed)."""
     feasible = runs[runs["status"] != "infeasible"]
@@ -168,7 +168,7 @@ def dashboard_tables(runs: pd.DataFrame, capacity: pd.DataFrame,
         .groupby(["feature_map", "label", "update_rule", "series", "view", "n_keys"])["value"]
         .agg(value="median", seeds="size").reset_index() for view, value in values.items()],
         ignore_index=True)
-    return {"capacity": by_view(capacity), "efficiency": scaling.efficiency_table(capacity),
+    return {"capacity": by_view(capacity), "efficiency": efficiency.efficiency_table(capacity),
             "scaling": scaling.table(families), "keys": keys}
 
 

@@ -4,8 +4,9 @@ Every function takes DataFrames (``runs``: one row per summary plus ``label``; `
 capacity table with its published columns; ``published``: the authors' points of the matching
 configurations, ``published.points``) and an output directory, writes one figure as PNG and SVG
 (``style.save``, atomically) and returns the PNG's path. The heatmaps are in ``heatmaps.py``,
-``capacity_scaling`` and ``capacity_efficiency`` (failure point / d_dot) in ``scaling.py``;
-colours, label order, error bars and legends in ``style.py``.
+``capacity_scaling`` (failure point / d_dot per level) in ``scaling.py``,
+``capacity_efficiency`` (per configuration) in ``efficiency.py``; colours, label order, error
+bars and legends in ``style.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from kernelzoo.analysis import rank_bound, scaling, update_rules
+from kernelzoo.analysis import efficiency, rank_bound, scaling, update_rules
 from kernelzoo.analysis.capacity import VIEWS, interval_words
 from kernelzoo.analysis.heatmaps import heatmaps
 from kernelzoo.analysis.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
@@ -396,8 +397,8 @@ def all_figures(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
         loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
         *([scaling.figure(families, out_dir)] if scaled else []),
-        *([scaling.capacity_efficiency(capacity, seeds, colors, out_dir)]
-          if any(len(scaling.efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
+        *([efficiency.capacity_efficiency(capacity, seeds, colors, out_dir)]
+          if any(len(efficiency.efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
         *maps,
         curves(curve_table, colors, threshold, out_dir),
         accuracy_vs_keys(runs, colors, accuracy_threshold, out_dir),

@@ -6,7 +6,7 @@ Rankings and their disagreements
 --------------------------------
 Configurations with a bounded d_dot are grouped by size: d_dot levels within 10% of the
 group's smallest are one size (the quadratic maps reach 65 or 66 beside the others' 64). Within
-a size, each view ranks them by efficiency = failure point / d_dot (``scaling.efficiency_order``).
+a size, each view ranks them by efficiency = failure point / d_dot (``efficiency.efficiency_order``).
 A configuration's views disagree when its ranks differ by ``GAP`` places or more, between the
 view where it ranks best and the one where it ranks worst. The disagreement is explained by what
 the store measured, every cause that applies to those two views:
@@ -35,7 +35,7 @@ import pandas as pd
 from scipy import stats
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
-from kernelzoo.analysis.scaling import efficiency_order
+from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.style import bound, cell, natural_key
 
 GAP = 2          # places between a configuration's best and worst rank that count as disagreement
