@@ -109,7 +109,7 @@ def test_a_loss_only_search_in_the_store_is_continued_from_its_probes(tmp_path, 
                 cli_env)
     assert res.returncode == 0, res.explain()
     series = [s for s in json.loads(before)["series"].values()
-              if "feature_map=rebased" in s["overrides"] and "seed=1" in s["overrides"]]
+              if {"feature_map=rebased", "d_dot=65", "seed=1"} <= set(s["overrides"])]
     assert len(series) == 1 and series[0]["verdict"]["outcome"] == "fails_at"
     probes = series[0]["probes"]
     assert f"search: {len(probes)} probes of the search so far read back" in res.stdout
