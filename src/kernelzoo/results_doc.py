@@ -181,13 +181,20 @@ def section(experiment: str, root: Path) -> list[str]:
                   for _, group in laws.groupby(["family", "view"], sort=False)
                   if group["d_dot"].nunique() >= 2]
         lines.append("")
-    family = ({label: r.family for r in laws.itertuples()
-               for label in str(r.configurations).split("; ")} if laws is not None else None)
     lines += rankings.section(table, level=3)
-    lines += between_sizes.section(table, family, level=3) if family else []
+    lines += between_sizes.section(table, families(store), level=3)
     if (store / "factorial.csv").exists():
         lines += factorial.summary(pd.read_csv(store / "factorial.csv"))
     return lines
+
+
+def families(store: Path) -> dict[str, str]:
+    """Configuration label -> its scaling family's name, from the store's scaling.csv ({} where
+    it has none)."""
+    path = store / "scaling.csv"
+    laws = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+    return {label: r.family for r in laws.itertuples()
+            for label in str(r.configurations).split("; ")} if len(laws) else {}
 
 
 def predictions(root: Path) -> list[str]:
@@ -307,6 +314,13 @@ def summary(root: Path = ROOT) -> list[str]:
                      "failure point / d_dot in the accuracy view: " + "; ".join(
                          f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
                          for r in best.itertuples()) + ".")
+    for pair in between_sizes.pairs(zoo, families(root / "results" / "reference" / "zoo")):
+        lines.append(f"- `zoo` between d_dot {pair.small} and {pair.large} "
+                     f"({len(pair.families)} families), Spearman rho of their ranks: "
+                     + ", ".join(f"{VIEW_WORDS[v]} {r:.2f}" for v, (r, _) in pair.rho.items())
+                     + "; moved by their own efficiency change: "
+                     + ("; ".join(f"{name} ({', '.join(views)})"
+                                  for name, views in pair.moved.items()) or "none") + ".")
     lines += _favor_summary(root / "results" / "reference" / "favor_diagnosis")
     for experiment in ("lr_robustness", "lr_patience"):
         store = root / "results" / "reference" / experiment

@@ -22,6 +22,7 @@ places or more. The move is explained by:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 from scipy import stats
@@ -69,11 +70,12 @@ def _differences(a, b, small: int, large: int) -> list[str]:
 
 
 def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
-         large: int) -> str:
-    """Family ``name``'s table row: its rank at both sizes per view (bold: moved) and why it
-    moved (module docstring). ``orders[size, view]``: family -> rank; ``rows[size, view]``: its
-    ``efficiency_order`` rows by family; ``rows[size]``: its capacity rows by family."""
-    cells, own, other = [], [], []
+         large: int) -> tuple[str, list[str]]:
+    """Family ``name``'s table row (its rank at both sizes per view, bold where it moved, and
+    why it moved: module docstring) and the views where its own efficiency change moved it,
+    each as "<view> <falls|rises>". ``orders[size, view]``: family -> rank; ``rows[size, view]``:
+    its ``efficiency_order`` rows by family; ``rows[size]``: its capacity rows by family."""
+    cells, own, other, changed = [], [], [], []
     for view in VIEWS:
         ra, rb = orders[small, view].get(name), orders[large, view].get(name)
         if ra is None or rb is None:
@@ -84,9 +86,11 @@ def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
         if not moved:
             continue
         a, b = rows[small, view].loc[name], rows[large, view].loc[name]
-        change, words = _change(a, b, view), f"{efficiency_cell(a, view)} -> {efficiency_cell(b, view)}"
+        change = _change(a, b, view)
+        words = f"{efficiency_cell(a, view)} -> {efficiency_cell(b, view)}"
         if change and (change == "falls") == (rb > ra):  # its own change moves it
             own.append(f"{VIEW_WORDS[view]} efficiency {change}, {words}")
+            changed.append(f"{VIEW_WORDS[view]} {change}")
             continue
         swapped = [o for o in common if o != name and o in orders[small, view]
                    and o in orders[large, view]
@@ -98,21 +102,33 @@ def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
     if own:
         found = _differences(rows[small].loc[name], rows[large].loc[name], small, large)
         own.append("; ".join(found) or "no measured cause (the same diagnostics at both sizes)")
-    return f"| {name} | " + " | ".join(cells) + " | " + "; ".join(own + other) + " |"
+    return f"| {name} | " + " | ".join(cells) + " | " + "; ".join(own + other) + " |", changed
 
 
-def section(capacity: pd.DataFrame, family: dict[str, str], level: int = 2) -> list[str]:
-    """The rankings of the families present at two sizes compared, for each pair of
-    neighbouring sizes with enough families ranked at both in the headline view (module
-    docstring), as markdown headed at ``level`` + 1; ``family``: configuration label -> its
-    family's name (``scaling.families``, or scaling.csv's configurations column)."""
+@dataclass(frozen=True)
+class SizePair:
+    """Two neighbouring sizes compared: their families, each view's rank correlation between
+    the sizes (Spearman's rho, over how many families), the table's rows, and the families their own efficiency change moved (family ->
+    "<view> <falls|rises>" per view)."""
+
+    small: int
+    large: int
+    families: list[str]
+    rho: dict[str, tuple[float, int]]
+    rows: list[str]
+    moved: dict[str, list[str]]
+
+
+def pairs(capacity: pd.DataFrame, family: dict[str, str]) -> list[SizePair]:
+    """Each pair of neighbouring sizes with more than 2 x GAP families ranked at both in the
+    headline view (module docstring); ``family``: configuration label -> its family's name
+    (``scaling.families``, or scaling.csv's configurations column)."""
     table = ranks(capacity)
     if table.empty:
         return []
     table = table.assign(family=table["label"].map(family)).dropna(subset=["family"])
     table = table[~table.duplicated(["size", "family"], keep=False)]
-    found = sorted(table["size"].unique())
-    lines = []
+    found, compared = sorted(table["size"].unique()), []
     for small, large in zip(found, found[1:]):
         at = {n: table[(table["size"] == n) & table[f"rank{SUFFIX[HEADLINE]}"].notna()]
               .set_index("family") for n in (small, large)}
@@ -128,19 +144,30 @@ def section(capacity: pd.DataFrame, family: dict[str, str], level: int = 2) -> l
                 orders[n, view] = pd.Series(range(1, len(order) + 1),
                                             index=order["label"].map(family).to_numpy())
                 rows[n, view] = order.set_index(order["label"].map(family))
-        lines += ["#" * (level + 1) + f" Between sizes: d_dot {small} and {large}", "",
-                  f"The {len(common)} families present at both sizes, ranked among themselves "
-                  "at each (efficiency = failure point / d_dot); a rank in bold moved by "
-                  f"{GAP} places or more.", ""]
+        rho = {}
         for view in VIEWS:
             both = pd.concat([orders[small, view], orders[large, view]], axis=1).dropna()
             if len(both) >= 3:
-                rho = stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic
-                lines.append(f"- {VIEW_WORDS[view]}: Spearman rho = {rho:.2f} over "
-                             f"{len(both)} families.")
-        lines += ["", "| family | " + " | ".join(f"{VIEW_WORDS[v]} rank" for v in VIEWS)
-                  + " | what changes |", "|---|" + "---|" * (len(VIEWS) + 1)]
-        lines += [_row(name, common, orders, rows, small, large) for name in sorted(
+                rho[view] = (float(stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic),
+                             len(both))
+        done = [_row(name, common, orders, rows, int(small), int(large)) for name in sorted(
             common, key=lambda f: (orders[large, HEADLINE].get(f, math.inf), natural_key(f)))]
-        lines.append("")
+        compared.append(SizePair(int(small), int(large), common, rho, [r for r, _ in done],
+                                 {line.split(" |")[0][2:]: moved for line, moved in done
+                                  if moved}))
+    return compared
+
+
+def section(capacity: pd.DataFrame, family: dict[str, str], level: int = 2) -> list[str]:
+    """The rankings between sizes (``pairs``) as markdown headed at ``level`` + 1."""
+    lines = []
+    for pair in pairs(capacity, family):
+        lines += ["#" * (level + 1) + f" Between sizes: d_dot {pair.small} and {pair.large}", "",
+                  f"The {len(pair.families)} families present at both sizes, ranked among "
+                  "themselves at each (efficiency = failure point / d_dot); a rank in bold "
+                  f"moved by {GAP} places or more.", ""]
+        lines += [f"- {VIEW_WORDS[v]}: Spearman rho = {r:.2f} over {n} families."
+                  for v, (r, n) in pair.rho.items()]
+        lines += ["", "| family | " + " | ".join(f"{VIEW_WORDS[v]} rank" for v in VIEWS)
+                  + " | what changes |", "|---|" + "---|" * (len(VIEWS) + 1), *pair.rows, ""]
     return lines
