@@ -33,7 +33,7 @@ from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
 from kernelzoo.analysis.rankings import view_rhos
 from kernelzoo.analysis.report import observed, published
-from kernelzoo.analysis.style import bound, cell, sizing_param
+from kernelzoo.analysis.style import bound, cell
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
@@ -275,9 +275,7 @@ def _favor_summary(store: Path) -> list[str]:
     laws = pd.read_csv(store / "scaling.csv")
     law = laws[laws["view"] == "loss"].sort_values("n_d_dot", kind="stable").iloc[-1]
     capacity = pd.read_csv(store / "capacity.csv")
-    size = sizing_param(law["feature_map"])  # FAVOR+'s m, left out of a family's params
-    sized = capacity["params"].str.replace(rf"(^|,){size}=\d+", "", regex=True).str.lstrip(",")
-    family = capacity[(sized == law["params"]) & (capacity["d_key"] == law["d_key"])]
+    family = capacity[capacity["label"].map(families(store)) == law["family"]]
     return [f"- `favor_diagnosis` ({int(capacity['n_seeds'].max())} seeds, loss view), each fix's "
             f"ratio on the failure point ({main['design'].iloc[0]}) [95% interval]: " + "; ".join(
                 f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"

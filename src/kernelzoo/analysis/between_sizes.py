@@ -108,8 +108,8 @@ def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
 @dataclass(frozen=True)
 class SizePair:
     """Two neighbouring sizes compared: their families, each view's rank correlation between
-    the sizes (Spearman's rho, over how many families), the table's rows, and the families their own efficiency change moved (family ->
-    "<view> <falls|rises>" per view)."""
+    the sizes (Spearman's rho, over how many families), the table's rows, and the families
+    their own efficiency change moved (family -> "<view> <falls|rises>" per view)."""
 
     small: int
     large: int
@@ -150,11 +150,12 @@ def pairs(capacity: pd.DataFrame, family: dict[str, str]) -> list[SizePair]:
             if len(both) >= 3:
                 rho[view] = (float(stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic),
                              len(both))
-        done = [_row(name, common, orders, rows, int(small), int(large)) for name in sorted(
-            common, key=lambda f: (orders[large, HEADLINE].get(f, math.inf), natural_key(f)))]
-        compared.append(SizePair(int(small), int(large), common, rho, [r for r, _ in done],
-                                 {line.split(" |")[0][2:]: moved for line, moved in done
-                                  if moved}))
+        done = {name: _row(name, common, orders, rows, int(small), int(large))
+                for name in sorted(common, key=lambda f: (orders[large, HEADLINE].get(f, math.inf),
+                                                         natural_key(f)))}
+        compared.append(SizePair(int(small), int(large), common, rho,
+                                 [line for line, _ in done.values()],
+                                 {name: moved for name, (_, moved) in done.items() if moved}))
     return compared
 
 

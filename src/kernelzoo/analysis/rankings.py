@@ -36,13 +36,12 @@ from scipy import stats
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.efficiency import efficiency_order
-from kernelzoo.analysis.style import bound, cell, natural_key
+from kernelzoo.analysis.style import bound, cell, natural_key, size_groups
 
 GAP = 2          # places between a configuration's best and worst rank that count as disagreement
 DILUTED = 1.5    # the accuracy view's failure point over the loss view's that counts as diluted
 PARTIAL = 1.25
 COLLAPSE = 0.2   # relative fall of the effective rank at n_keys = d_dot
-SIZE_SPREAD = 1.1
 RULE = __doc__.partition("---\n")[2].strip()
 HEADLINE = "accuracy"  # the view that headlines cross-map rankings
 HEADLINE_WHY = (
@@ -56,13 +55,9 @@ HEADLINE_WHY = (
 
 
 def sizes(capacity: pd.DataFrame) -> dict[int, list[int]]:
-    """Size (the smallest d_dot of its group) -> the d_dot levels it holds."""
-    levels = sorted(int(d) for d in capacity["predicted_capacity"].dropna().unique())
-    groups: dict[int, list[int]] = {}
-    for d in levels:
-        head = next((h for h in groups if d <= SIZE_SPREAD * h), None)
-        groups.setdefault(d if head is None else head, []).append(d)
-    return groups
+    """Size (the smallest d_dot of its group, ``style.size_groups``) -> the d_dot levels it
+    holds."""
+    return size_groups(capacity["predicted_capacity"].dropna().unique())
 
 
 def ranks(capacity: pd.DataFrame) -> pd.DataFrame:

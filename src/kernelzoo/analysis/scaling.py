@@ -43,7 +43,7 @@ from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.intervals import MIN_LEVELS, LevelLaw, describe, level_law, median_interval
 from kernelzoo.analysis.style import (bar_handles, canonical_params, config_colors, error_bar,
                                       format_value, legend, map_label, natural_key, save,
-                                      sizing_param)
+                                      size_groups, sizing_param)
 
 MIN_D_DOTS = MIN_LEVELS
 COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n_points",
@@ -225,15 +225,10 @@ def section(found: list[Family]) -> list[str]:
 
 
 def _ticks(levels: list[int]) -> dict[int, str]:
-    """One tick per group of d_dot levels within 10% of the group's smallest (64, 65 and 66 are
-    one size), at the smallest, labelled with the group's range."""
-    groups: list[list[int]] = []
-    for d in levels:
-        if groups and d <= 1.1 * groups[-1][0]:
-            groups[-1].append(d)
-        else:
-            groups.append([d])
-    return {g[0]: f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups}
+    """One tick per size (``style.size_groups``: 64, 65 and 66 are one), at its smallest
+    level, labelled with its range."""
+    return {head: f"{head}-{g[-1]}" if len(g) > 1 else str(head)
+            for head, g in size_groups(levels).items()}
 
 
 def figure(found: list[Family], out_dir: Path) -> Path:

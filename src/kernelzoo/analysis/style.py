@@ -83,6 +83,20 @@ def canonical_params(params: dict) -> str:
     return ",".join(f"{k}={format_value(v)}" for k, v in sorted(params.items()))
 
 
+SIZE_SPREAD = 1.1  # d_dot levels within this factor of a group's smallest are one size
+
+
+def size_groups(levels) -> dict[int, list[int]]:
+    """Sorted d_dot levels grouped by size: the smallest of each group -> its levels, a level
+    joining the group whose smallest is within ``SIZE_SPREAD`` of it (the quadratic maps' 65
+    and 66 are the others' 64)."""
+    groups: dict[int, list[int]] = {}
+    for d in sorted(int(d) for d in levels):
+        head = next((h for h in groups if d <= SIZE_SPREAD * h), None)
+        groups.setdefault(d if head is None else head, []).append(d)
+    return groups
+
+
 def natural_key(label: str) -> tuple:
     """Sort key that orders "FAVOR+ m=64" before "FAVOR+ m=128" and "lr=0.0003" before
     "lr=0.001"; labels whose numbers are equal ("lr=0.10", "lr=0.1") fall back to the text,
