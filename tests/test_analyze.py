@@ -523,6 +523,6 @@ def test_sweep_lines_count_the_experiments_points_and_what_an_interruption_left_
 
 
 def test_counts_of_one_read_singular():
-    from kernelzoo.words import plural
+    from kernelzoo.config.words import plural
 
     assert [plural(n, "point") for n in (0, 1, 2)] == ["0 points", "1 point", "2 points"]

@@ -1,5 +1,5 @@
 """A store kept apart (``results/pending``) joins the store it extends whole
-(``kernelzoo.merge``): runs, search series and sweep invocations, nothing overwritten, a conflict
+(``kernelzoo.records.merge``): runs, search series and sweep invocations, nothing overwritten, a conflict
 refused before anything is written, a repeated merge a no-op; the analysis reads the merged
 store as one."""
 
@@ -109,7 +109,7 @@ def test_the_command_says_what_it_did_and_refuses_a_link(stores, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (pending / "runs" / "elu-link").symlink_to(outside, target_is_directory=True)
-    cmd = [sys.executable, "-m", "kernelzoo.merge", str(pending), str(ref)]
+    cmd = [sys.executable, "-m", "kernelzoo.records.merge", str(pending), str(ref)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 1 and "a symbolic link in the store" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1

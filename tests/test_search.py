@@ -1,4 +1,5 @@
-"""The failure-point search (kernelzoo.search) on synthetic loss oracles: no training.
+"""The failure-point search (hydra_plugins.kernelzoo_sweeper._search) on synthetic loss oracles:
+no training.
 
 An oracle says whether a point fails; ``run_search`` plays the rounds as the sweeper does (every
 probe of a round observed before the next round is asked for) and returns the verdict, the
@@ -16,8 +17,9 @@ import pytest
 
 from kernelzoo.analyze import loss_failure
 from kernelzoo.analysis.capacity import accuracy_failing, failing
-from kernelzoo.search import (Observation, Peak, Probe, SearchConf, Spec, Verdict,
-                              default_resolution, make_spec, next_probes, search_views)
+from hydra_plugins.kernelzoo_sweeper._search import (Observation, Peak, Probe, SearchConf, Spec,
+                                                     Verdict, default_resolution, make_spec,
+                                                     next_probes, search_views)
 
 
 def run_search(spec: Spec, fails, max_rounds: int = 60, loss=None):

@@ -13,7 +13,7 @@ import pytest
 from conftest import DONE, analyze, smoke_args, sweep
 
 from kernelzoo.config import SearchConf
-from kernelzoo.search import Observation, make_spec, search_views
+from hydra_plugins.kernelzoo_sweeper._search import Observation, make_spec, search_views
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 

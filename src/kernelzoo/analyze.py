@@ -38,7 +38,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import config
-from kernelzoo.hydra_adapter import args_parser
+from kernelzoo.config.hydra_internals import args_parser
 from kernelzoo.analysis import (efficiency, factorial, plots, prediction, published, rank_bound,
                                 scaling, settings, stalls)
 from kernelzoo.records import tracking
@@ -48,7 +48,7 @@ from kernelzoo.analysis.report import write_report
 from kernelzoo.analysis.runs import add_labels, load_runs, number
 from kernelzoo.records.store import CURVE_COLUMNS, experiment_dir, read_config_value
 from kernelzoo.analysis.style import is_search, natural_key
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 
 def sort_out(runs: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[str]]:

@@ -29,12 +29,12 @@ from kernelzoo import config
 from kernelzoo.records import files, interrupt, progress, store, tracking
 from kernelzoo.training import checkpoint
 from kernelzoo.config import UsageError
-from kernelzoo.hydra_adapter import args_parser
+from kernelzoo.config.hydra_internals import args_parser
 from kernelzoo.training.devices import check_memory
 from kernelzoo.training.pack import step_cost
 from kernelzoo.training.plan import Infeasible, Plan, locate, resolve, summary_of
 from kernelzoo.training.runner import Member, build_model, fit
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached: one per sweep
     OmegaConf.register_new_resolver("pid", os.getpid, use_cache=True)

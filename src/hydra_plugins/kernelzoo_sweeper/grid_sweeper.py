@@ -36,9 +36,9 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from kernelzoo import config
-from kernelzoo.hydra_adapter import sweeper_base
+from kernelzoo.config.hydra_internals import sweeper_base
 from kernelzoo.records import files, history, interrupt, progress, store, tracking
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 from .packs import Point, packs
 from .points import check_launcher, check_points, fail, override_key

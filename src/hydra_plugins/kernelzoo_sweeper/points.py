@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from kernelzoo import config
 from kernelzoo.config import UsageError
-from kernelzoo.hydra_adapter import apply_overrides
+from kernelzoo.config.hydra_internals import apply_overrides
 
 if TYPE_CHECKING:  # imported where used: torch loads only once a sweep checks its points
     from kernelzoo.training.plan import Infeasible, Plan

@@ -1,7 +1,7 @@
 """``search=bisect``: the grid sweeper's rounds of failure-point probes.
 
 The grids' points without their n_keys are the *series* (configuration and seed); each series'
-n_keys values give its range. Every round asks ``kernelzoo.search.search_views`` for each
+n_keys values give its range. Every round asks ``_search.search_views`` for each
 unfinished series' next probes (until every view of capacity, loss, accuracy and keys
 retrieved, is located), reads the probes the store already holds and launches all the others
 together as one launcher batch, so rounds, not points, set the wall time. Each probe is an
@@ -34,13 +34,13 @@ from filelock import FileLock
 from omegaconf import OmegaConf
 
 from kernelzoo import config
-from kernelzoo.records import files, history, store
 from kernelzoo.config import SearchConf
-from kernelzoo.search import VIEWS, Observation, Probe, make_spec, search_views
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
+from kernelzoo.records import files, history, store
 
 from .packs import Point
 from .points import fail, override_key, override_value
+from ._search import VIEWS, Observation, Probe, make_spec, search_views
 
 
 class Series:

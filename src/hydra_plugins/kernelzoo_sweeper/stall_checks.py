@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelzoo.records import store
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 from .points import check_points, override_key
 

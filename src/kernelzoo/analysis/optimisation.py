@@ -58,7 +58,7 @@ from scipy import stats
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.published import PUBLISHED_LR, PUBLISHED_STOPPING
 from kernelzoo.analysis.style import cell, natural_key
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 MARGIN = 0.1  # delta = MARGIN x d_dot keys
 ALPHA = 0.05

@@ -31,7 +31,7 @@ from kernelzoo.analysis.sections import (prediction_section, rank_bound_section,
                                          stall_section)
 from kernelzoo.analysis.rankings import efficiency_table
 from kernelzoo.analysis.style import bound, cell, natural_key
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 
 def observed(r, view: str = "loss") -> str:

@@ -12,7 +12,7 @@ from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, value_column
 from kernelzoo.analysis.stalls import RULE as STALL_RULE
 from kernelzoo.analysis.stalls import has_diagnostics, stall_rates
 from kernelzoo.analysis.style import cell, natural
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 RANK_CHANGE = 0.1  # a relative change of the effective rank worth noting
 

@@ -16,7 +16,7 @@ import torch
 
 from kernelzoo.bench import pack as bench_pack
 from kernelzoo.records import files, history, store
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 SWEEP_SECONDS = {"quick": 45, "figure2": 75 * 60}  # the wall-time targets of whole sweeps
 COLUMNS = ["case", "feature_map", "n_keys", "d_dot", "baseline_ms", "kernelzoo_ms", "ratio",

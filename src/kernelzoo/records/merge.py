@@ -1,20 +1,25 @@
 """Merge one experiment's store into another: the finished runs, the search's series and the
 sweeper's invocations of a sweep that ran elsewhere (another machine, a worktree, a store kept
 apart while its search was unfinished) join the store it extends, which the analysis then reads
-as one (`python -m kernelzoo.merge`).
+as one.
+
+    python -m kernelzoo.records.merge results/pending/zoo results/reference/zoo   (or kernelzoo-merge)
 
 Nothing is overwritten: a run both stores hold must have the same summary, and a series both
 hold must have one record's probes begin the other's (a search continued from the same probes);
 anything else is a conflict, reported before anything is written. A run without its summary (an
 interrupted one) stays behind. Each run directory arrives whole (copied beside, then renamed);
 ``search.json`` and ``sweep.json`` are written whole; a merge that is interrupted and run again
-finishes the job and copies nothing twice. The store follows no link (``store.guard``).
+finishes the job and copies nothing twice. The store follows no link (``store.guard``). A
+conflict is one line and exit 1 from ``main``, with nothing written.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,3 +131,24 @@ def _merge(source: Path, target: Path) -> Merged:
                   "wall_seconds": round(sum(i["wall_seconds"] for i in invocations), 1)}
         atomic_write_text(history.sweep_file(target), json.dumps(record, indent=2) + "\n")
     return done
+
+
+def main(argv=None) -> None:
+    """The command: merge SOURCE into TARGET (each ``<results_dir>/<experiment>``)."""
+    parser = argparse.ArgumentParser(prog="python -m kernelzoo.records.merge",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("source", type=Path, help="<results_dir>/<experiment> merged from")
+    parser.add_argument("target", type=Path, help="<results_dir>/<experiment> merged into")
+    args = parser.parse_args(argv)
+    try:
+        done = merge(args.source, args.target)
+    except (StoreError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    print(done.line(args.source, args.target))
+    if done.unfinished:
+        print(f"left behind (no summary.json): {', '.join(done.unfinished)}")
+
+
+if __name__ == "__main__":
+    main()

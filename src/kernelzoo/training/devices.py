@@ -20,7 +20,7 @@ from kernelzoo import config
 from kernelzoo.config import UsageError
 from kernelzoo.core.memory import divides_by_feature_sum
 from kernelzoo.training.footprint import footprint
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 GIB = 2**30
 

@@ -49,6 +49,10 @@ rounds of all series together keep the workers busy, and a second probe per roun
 be spent above capacity, where runs are slowest.
 
 Every probe is a new n_keys: no series is ever probed twice at one n_keys.
+
+The module's name begins with an underscore so that Hydra's plugin scan, which executes every
+other module of this package afresh on each start, leaves it alone: code that holds its classes
+(``Probe``, ``Spec``, ``SearchConf``) keeps holding the ones it checks against.
 """
 
 from __future__ import annotations
