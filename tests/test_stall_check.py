@@ -157,6 +157,39 @@ def test_plan_checks_each_stalled_run_of_the_sweep_once(tmp_path):
         f"{stalled}: its config.yaml gives no trainer.patience and trainer.max_steps"]
 
 
+def test_a_store_without_an_index_gets_the_checks_of_its_search(tmp_path, monkeypatch, capsys):
+    """A committed store carries no index/ (git-ignored): the search's probes record their run
+    ids, and the sweeper hands them over, so their stalled runs are checked all the same."""
+    exp = tmp_path / "results" / "exp"
+    stalled = stall(exp, 40, 1).name
+    write_run(exp, n_keys=48, seed=2, loss=0.001, diagnostics={"dead_keys": 0}, config=TRAINER)
+    point = ["n_keys=40", "feature_map=elu", "trainer.patience=10", "+experiments=x"]
+    launched = []
+
+    class Sweeper:
+        config = OmegaConf.create({"results_dir": str(tmp_path / "results"), "experiment": "exp",
+                                   "search": {"threshold": 0.01}, "dry_run": False})
+        plans: dict = {}
+
+        def indexed(self, point):
+            return None  # no index
+
+        def checked(self, todo):
+            return todo
+
+        def launch(self, todo, label):
+            launched.extend(todo)
+            return []
+
+    monkeypatch.setattr(stall_checks, "check_points", lambda sweeper, todo: {})
+    sweeper = Sweeper()
+    assert stall_checks.run(sweeper, [point]) == [] and not launched  # the index alone: none
+    stall_checks.run(sweeper, [], {stalled: point})
+    assert launched == [["n_keys=40", "feature_map=elu", "+experiments=x", "trainer.patience=30",
+                         "trainer.max_steps=2000", f"stall_check_of={stalled}"]]
+    assert "1 stalled run among the sweep's runs" in capsys.readouterr().out
+
+
 def test_load_runs_reads_a_store_with_checks(tmp_path):
     exp = tmp_path / "exp"
     rid = stall(exp, 40, 1).name

@@ -174,9 +174,10 @@ class GridSweeper(sweeper_base()):
             if self.config.stall_check:
                 from . import stall_checks
 
-                swept = [s.point(p["n_keys"]) for s in rounds.series for p in s.probes] \
-                    if rounds else points
-                returns += stall_checks.run(self, swept)
+                probes = [(s.point(p["n_keys"]), p.get("run_id")) for s in rounds.series
+                          for p in s.probes] if rounds else [(p, None) for p in points]
+                returns += stall_checks.run(self, [p for p, run_id in probes if not run_id],
+                                            {run_id: p for p, run_id in probes if run_id})
         except interrupt.Interrupted as stop:
             interrupt.stop_workers()
             record = {**rounds.record(), **chosen} if rounds else planned

@@ -125,11 +125,13 @@ def plan(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Plan:
     return found
 
 
-def run(sweeper, points: list[list[str]]) -> list:
+def run(sweeper, points: list[list[str]], known: dict[str, list[str]] | None = None) -> list:
     """Plan, print and launch (one batch) the checks of the stalled runs of ``points``; the
-    counts are left in ``sweeper.stall_checks`` for sweep.json."""
+    counts are left in ``sweeper.stall_checks`` for sweep.json. ``known`` ({run_id: point}) are
+    the points whose run the caller already knows (a search's probes record their run ids); the
+    others are found through the store's index, which a committed store does not carry."""
     cfg = sweeper.config
-    by_run: dict[str, list[str]] = {}
+    by_run: dict[str, list[str]] = dict(known or {})
     for point in points:
         summary = sweeper.indexed(point)
         if summary is None and any(override_key(o) in HOW for o in point):
