@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from kernelzoo.analysis import (between_sizes, factorial, optimisation, prediction, rankings,
-                                scaling)
+from kernelzoo.analysis import (between_sizes, censored, factorial, optimisation, power,
+                                prediction, rankings, scaling)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
@@ -241,7 +241,9 @@ def analysis_document() -> str:
         ("Which view headlines the rankings", rankings, HEADLINE_WHY),
         ("The rank bound", rank_bound, rank_bound.DERIVATION),
         ("Intervals", intervals, intervals.RULE),
+        ("Bounds as censored values", censored, censored.RULE),
         ("Does capacity follow d_dot?", scaling, scaling.RULE),
+        ("What a test could detect", power, power.RULE),
         ("Capacity or optimisation: the learning rate and the stopping rule", optimisation,
          optimisation.RULE),
         ("Stalls and their checks", stalls, stalls.RULE),
@@ -283,7 +285,7 @@ def _favor_summary(store: Path) -> list[str]:
             + f"; with every fix ({law['family']}), the failure point per d_dot: " + "; ".join(
                 f"{r.d_dot}: {observed(r)}" for r in family.sort_values("d_dot").itertuples())
             + f" (n* = d_dot: F test p = {law['p_identity']:.2g}, "
-            + ("consistent" if law["follows_d_dot"] else "rejected") + ")."]
+            + scaling.short_verdict(law) + ")."]
 
 
 def summary(root: Path = ROOT) -> list[str]:
@@ -343,7 +345,7 @@ def summary(root: Path = ROOT) -> list[str]:
     lines.append("- `dot_scaling` (5 seeds, d_dot 16-256), n* = a d_dot^b per family and view: "
                  + "; ".join(f"{r.family} ({VIEW_WORDS[r.view]}) b = {r.b:.2f} "
                              f"[{r.b_low:.2f}, {r.b_high:.2f}], "
-                             f"{'consistent with' if r.follows_d_dot else 'rejects'} n* = d_dot"
+                             f"{scaling.short_verdict(r)}"
                              for r in laws.itertuples()) + ".")
     return lines + [END]
 
