@@ -110,14 +110,10 @@ def _optimisation_tables(store: str, stamp: tuple) -> dict:
         runs = runs[runs["stall_check_of"].isna()]
     defaults = AnalyzeConfig()
     seeds = seed_table(runs, defaults.threshold, defaults.accuracy_threshold)
-    found = {s: optimisation.table(seeds, table, s) for s in optimisation.SETTINGS}
+    found = {s: optimisation.table(optimisation.seeds_for(s, runs, seeds, defaults.threshold,
+                                                          defaults.accuracy_threshold), table, s)
+             for s in optimisation.SETTINGS}
     return {s: f for s, f in found.items() if not f.empty}
-
-
-def _rise(differences) -> str:
-    """The level whose rise is shown furthest above 0: "+d [lower]" (``optimisation.table``)."""
-    _, d, low, _ = max(differences, key=lambda x: x[2])
-    return f"{d:+.3g} [{cell(low)}]"
 
 
 def optimisation_verdicts(store: Path) -> list[str]:
@@ -129,25 +125,20 @@ def optimisation_verdicts(store: Path) -> list[str]:
         published = setting.words(setting.base)
         lines += [f"Does the failure point move with the {setting.heading.lower()}? The test of "
                   "the report's \"Capacity or optimisation?\" section (`docs/analysis.md`), "
-                  f"{optimisation.TEST_WORDS[setting.test]}: \"moves\" when another level "
-                  f"raises it above {published}'s (the rise in keys [its lower bound]), \"does not "
-                  "move\" when none raises it by the margin, 0.1 d_dot keys, and undecided "
-                  "otherwise; seed values that are bounds (never_fails, fails_everywhere) are "
-                  "tested as values.", "",
+                  f"{optimisation.TEST_WORDS[setting.test]}, against {published}, margin 0.1 "
+                  "d_dot keys: rises beyond the margin, rises within it (the rise in keys [its "
+                  "lower bound]), does not move (with its power and the smallest rise it "
+                  "detects at 80%), or cannot tell; seed values that are bounds (never_fails, "
+                  "fails_everywhere) are the intervals they allow.", "",
                   "| configuration | margin (keys) | " + " | ".join(f"{VIEW_WORDS[v]} view"
                                                               for v in VIEWS) + " |",
                   "|---|---|" + "---|" * len(VIEWS)]
         for label, rows in found.groupby("label", sort=False):
-            rows = rows.set_index("view")
             cells = []
-            for v in VIEWS:
-                r = rows.loc[v]
-                words = r["verdict"] + (
-                    f" (needs a margin above {cell(r['decided_at'])})"
-                    if r["verdict"] == "undecided" else
-                    f" ({_rise(r['differences'])})" if r["verdict"] == "moves" else "")
-                bounds = sum(r["bounds"].values())
-                cells.append(words + (f"; {bounds} of {r['values']} bounds" if bounds else ""))
+            for r in rows.set_index("view").loc[list(VIEWS)].reset_index().itertuples():
+                bounds = sum(r.bounds.values())
+                cells.append(optimisation.verdict_words(r)
+                             + (f"; {bounds} of {r.values} bounds" if bounds else ""))
             lines.append(f"| {label} | {cell(rows['margin'].iloc[0])} | " + " | ".join(cells)
                          + " |")
         lines.append("")
@@ -327,18 +318,19 @@ def summary(root: Path = ROOT) -> list[str]:
         found_by_setting = optimisation_tables(store) if (store / "capacity.csv").exists() else {}
         for setting, found in found_by_setting.items():
             verdicts = found.groupby("label", sort=False)["verdict"]
-            moves = {label: [f"{VIEW_WORDS[r.view]} {_rise(r.differences)}"
-                             for r in rows[rows["verdict"] == "moves"].itertuples()]
+            rises = {label: [f"{VIEW_WORDS[r.view]} {optimisation.verdict_words(r)}"
+                             for r in rows[rows["verdict"].isin(optimisation.RISES)].itertuples()]
                      for label, rows in found.groupby("label", sort=False)
-                     if (rows["verdict"] == "moves").any()}
+                     if rows["verdict"].isin(optimisation.RISES).any()}
             held = [label for label, v in verdicts if (v == "does not move").all()]
             lines.append(f"- `{experiment}`, the optimisation test ({setting.heading.lower()}, "
                          f"{optimisation.TEST_WORDS[setting.test]}, margin 0.1 d_dot keys, "
-                         "per view; a rise in keys [its lower bound]): moves: "
-                         + ("; ".join(f"{k} ({', '.join(v)})" for k, v in moves.items()) or "none")
+                         "per view; a rise in keys [its lower bound]): rises: "
+                         + ("; ".join(f"{k} ({', '.join(v)})" for k, v in rises.items())
+                            or "none")
                          + "; does not move in every view: " + (", ".join(held) or "none")
-                         + f"; {len(verdicts) - len(moves) - len(held)} of {len(verdicts)} "
-                         "configurations undecided in some view.")
+                         + f"; {len(verdicts) - len(rises) - len(held)} of {len(verdicts)} "
+                         "configurations cannot tell in some view.")
     dot = pd.read_csv(root / "results" / "reference" / "dot_scaling" / "scaling.csv")
     laws = dot.drop_duplicates(["family", "view"])
     laws = laws[laws["view"].isin(["loss", "accuracy"]) & laws["b"].notna()]

@@ -303,7 +303,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     family = {label: f.name for f in families for label in f.points["label"].unique()}
     lines += ["", *efficiency_table(capacity), *between_sizes.section(capacity, family),
               *update_rules.section(capacity, runs),
-              *optimisation.section(seeds, capacity, runs),
+              *optimisation.section(seeds, capacity, runs, threshold, accuracy_threshold),
               *scaling.section(families), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),
               *stall_section(runs, capacity, checked)]
