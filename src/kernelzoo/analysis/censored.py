@@ -279,4 +279,5 @@ def law(d_dot, lowest, highest) -> CensoredLaw | None:
     se_a = math.sqrt(max(cov[0, 0] + xc ** 2 * cov[1, 1] - 2 * xc * cov[0, 1], 0))
     return CensoredLaw(math.exp(ln_a), b, math.exp(ln_a - t * se_a), math.exp(ln_a + t * se_a),
                        b - t * se_b, b + t * se_b, math.exp(xc), math.exp(c - xc), p, k,
-                       int((~point).sum()), tuple(tuple(float(v) for v in row) for row in cov), t, sd)
+                       int((~point).sum()),
+                       tuple(tuple(float(v) for v in row) for row in cov), t, sd)

@@ -34,9 +34,9 @@ published level for a map without d_dot), the verdict is one of four:
   (each level's standard error and degrees of freedom), the chance that every level's upper
   bound falls below delta when no level rises (a level found below the published one taken at
   its difference d, the others at 0), the product over the levels of
-  T((delta - min(d, 0)) / se - t_0.95), is 50% or more. A lower failure point at another level does not count
-  against capacity: a worse lr may fail earlier; the question is whether any setting retrieves
-  more.
+  T((delta - min(d, 0)) / se - t_0.95), is 50% or more. A lower failure point at another
+  level does not count against capacity: a worse lr may fail earlier; the question is whether
+  any setting retrieves more.
 - "cannot tell" otherwise. Each row carries the smallest rise the test detects at 80%, (t_(1 -
   0.05/m) + t_0.8) se at the level of largest se, and the smallest margin that would have said
   "does not move" (the largest upper bound).

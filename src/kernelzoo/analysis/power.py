@@ -58,8 +58,9 @@ def simulate(rng, design: LawDesign, studies: int, a: float = 1.0, b: float = 1.
     for _ in range(studies):
         levels = []
         for d, n, top, floor in zip(design.d_dot, design.seeds, design.top, design.floor):
-            y = (a * d ** b * np.exp(rng.normal(0, design.between) + rng.normal(0, design.within, n))
-                 * np.where(rng.random(n) < outlier_rate, outlier_factor, 1.0))
+            noise = rng.normal(0, design.between) + rng.normal(0, design.within, n)
+            y = a * d ** b * np.exp(noise) * np.where(rng.random(n) < outlier_rate,
+                                                      outlier_factor, 1.0)
             lo = np.where(y > top, top, np.where(y < floor, 0.0, y))
             hi = np.where(y > top, math.inf, np.where(y < floor, floor, y))
             levels.append((lo, hi))

@@ -99,7 +99,9 @@ PUBLISHED_NOTE = (
     "2021, Figure 2, one run per point, seed 1; `src/kernelzoo/data/published_figure2.csv`, "
     "provenance in `data/README.md`), for the configurations that are theirs (Setting 1, same "
     "d_key, update rule, map and the parameters that define it: see `published.py`); – for the "
-    "others.")
+    "others. Their grid steps by 20 keys while this suite's searches bracket each seed near "
+    "d_dot, so their point is compared by its bracket [last pass, first fail] "
+    "(`published.verdict`).")
 REFERENCE_NOTE = (
     "reference: the failure point of the same configuration in the committed reference runs "
     "of this experiment (`results/reference/<experiment>/`, made by the maintainers on the "
@@ -295,8 +297,9 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     theirs = capacity[capacity["published_outcome"].notna()]
     if len(theirs):
         lines += ["", "Observed against published failure points (the same rule over the "
-                  "authors' losses; with seeds, where their one run lies: inside the median's "
-                  "interval, inside the seeds' range, or outside, `published.verdict`): "
+                  "authors' losses; with seeds, whether their one run is consistent with one new "
+                  "seed's 95% prediction interval or differs, at the resolution of their 20-key "
+                  "grid, and its rank among the seeds, `published.verdict`): "
                   + "; ".join(f"{r.label} {observed(r)} against {published(r)}"
                               + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
                                  else "") for r in theirs.itertuples()) + "."]
