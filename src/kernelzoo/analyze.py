@@ -18,8 +18,10 @@ keys' features measured at the n_keys = d_dot probe, before its failure point is
 search are read alike. Partial sweeps are analysed as far as they go; run directories without a
 summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
 sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
-report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``), set aside by
-the failure-point rule and listed in the report. Nothing is ever deleted. The command line is
+report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``) and listed in
+the report; the failure-point rule counts them as they ended (a stall is a diagnosis), and only
+the verified columns replace a stalled run by its check (``stall_check=true``). Nothing is ever
+deleted. The command line is
 checked against ``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule is
 in ``capacity.py`` (and in every report); the wandb dashboard's tables in ``dashboard_tables``, its
 charts in ``tracking.log_dashboard``.
@@ -128,8 +130,8 @@ def rank_bounds(runs: pd.DataFrame, threshold: float) -> pd.Series:
 def add_stall_columns(table: pd.DataFrame, runs: pd.DataFrame, checks: pd.DataFrame,
                       checked: pd.DataFrame, cfg) -> pd.DataFrame:
     """Per configuration: its stalled runs, how many have a check and how many the checks
-    cleared (loss view), and the loss and accuracy failure points with only the verified
-    stalls set aside (``stalls.with_checks``)."""
+    cleared (loss view), and the loss and accuracy failure points with each checked stalled run
+    replaced by its check (``stalls.with_checks``)."""
     if checks.empty:  # nothing verified: the same table
         verified = table.set_index("label")
     else:

@@ -75,7 +75,7 @@ def markdown_table(capacity: pd.DataFrame) -> list[str]:
     head = ["configuration", "d_dot", "seeds (interval level)", "loss view",
             *(["reference (loss)"] if ref else []), *(["published (loss)"] if extra else []),
             "rank bound", "accuracy view", "keys retrieved", "ratio loss / acc / keys",
-            *(["stalled runs (cleared)", "loss view, verified stalls set aside"] if checked
+            *(["stalled runs (cleared)", "loss view, checked stalls replaced by their checks"] if checked
               else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in capacity.itertuples():
