@@ -41,8 +41,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import config
 from kernelzoo.hydra_adapter import args_parser
-from kernelzoo.analysis import (efficiency, factorial, plots, prediction, published, rank_bound,
-                                scaling, settings, stalls)
+from kernelzoo.analysis import (dynamics, efficiency, factorial, plots, prediction, published,
+                                rank_bound, scaling, settings, stalls)
 from kernelzoo.records import tracking
 from kernelzoo.analysis.capacity import RULE, by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
@@ -90,6 +90,17 @@ def read_curve(path: Path) -> pd.DataFrame:
         return curve.apply(pd.to_numeric)
     except (ValueError, pd.errors.ParserError) as err:
         raise StoreError(f"{path}: not a curve ({str(err).splitlines()[0]})") from None
+
+
+def curve_reader(exp_dir: Path):
+    """A run's curve.csv by ``read_curve`` (None when missing or damaged: damaged files are
+    listed by ``curve_table``), for ``dynamics.run_table``."""
+    def read(run):
+        try:
+            return read_curve(exp_dir / "runs" / run.run_dir / "curve.csv")
+        except (OSError, StoreError):
+            return None
+    return read
 
 
 def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
@@ -197,6 +208,7 @@ def analyze(cfg: DictConfig) -> None:
     table = capacity_table(runs, seeds)
     checked = stalls.check_outcomes(runs, checks, cfg.threshold, cfg.accuracy_threshold)
     table = add_stall_columns(table, runs, checks, checked, cfg)
+    table = dynamics.add_columns(table, dynamics.run_table(runs, curve_reader(exp_dir)))
     points = published.points(runs)
     bounds = table.set_index("label")["rank_bound"].astype(float).fillna(math.inf)
     capacity = published.capacity_columns(

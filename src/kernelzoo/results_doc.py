@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from kernelzoo.analysis import (between_sizes, censored, factorial, optimisation, power,
-                                prediction, rankings, scaling)
+from kernelzoo.analysis import (between_sizes, censored, dynamics, factorial, optimisation,
+                                power, prediction, rankings, scaling, tiers)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
@@ -172,11 +172,20 @@ def section(experiment: str, root: Path) -> list[str]:
                   for _, group in laws.groupby(["family", "view"], sort=False)
                   if group["d_dot"].nunique() >= 2]
         lines.append("")
-    lines += rankings.section(table, level=3)
+    lines += tiers.section(table, flags(store, table), level=3)
     lines += between_sizes.section(table, families(store), level=3)
     if (store / "factorial.csv").exists():
         lines += factorial.summary(pd.read_csv(store / "factorial.csv"))
     return lines
+
+
+def flags(store: Path, table: pd.DataFrame) -> pd.DataFrame:
+    """``tiers.flags`` of the store's configurations, on its runs at the analysis' defaults."""
+    runs = pd.read_parquet(store / "runs.parquet")
+    if "stall_check_of" in runs:
+        runs = runs[runs["stall_check_of"].isna()]
+    defaults = AnalyzeConfig()
+    return tiers.flags(table, runs, defaults.threshold, defaults.accuracy_threshold)
 
 
 def families(store: Path) -> dict[str, str]:
@@ -238,7 +247,9 @@ def analysis_document() -> str:
         ("Capacity or optimisation: the learning rate and the stopping rule", optimisation,
          optimisation.RULE),
         ("Stalls and their checks", stalls, stalls.RULE),
-        ("Rankings per view and why they disagree", rankings, rankings.RULE),
+        ("Sizes and what limits a map", rankings, rankings.RULE),
+        ("Tiers per view and measured flags", tiers, tiers.RULE),
+        ("Diagnoses from curves", dynamics, dynamics.RULE),
         ("Rankings between sizes", between_sizes, between_sizes.RULE),
         ("Factorial effects", factorial, factorial.RULE),
         ("Predicting the failure point", prediction, prediction.__doc__.split("\n\n")[1]),
@@ -298,13 +309,17 @@ def summary(root: Path = ROOT) -> list[str]:
                 + "; ".join(f"{r.label} {observed(r)} against {published(r)}: "
                             f"{r.published_verdict}" for r in theirs.itertuples()) + ".")
     zoo = pd.read_csv(root / "results" / "reference" / "zoo" / "capacity.csv")
+    placed = tiers.tiers(zoo)
     for size, levels in rankings.sizes(zoo).items():
         mine = zoo[zoo["predicted_capacity"].isin(levels)]
-        best = mine.sort_values("ratio_acc", ascending=False).head(3)
-        lines.append(f"- `zoo` (d_dot {size}, {int(mine['n_seeds'].max())} seeds), highest "
-                     "failure point / d_dot in the accuracy view: " + "; ".join(
-                         f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
-                         for r in best.itertuples()) + ".")
+        top = [p for p in placed if p.size == size and p.view == "accuracy" and p.tier == 1]
+        bounded = [p for p in placed if p.size == size and p.view == "accuracy" and p.tier is None]
+        lines.append(f"- `zoo` (d_dot {size}, {int(mine['n_seeds'].max())} seeds), accuracy "
+                     "view, failure point / d_dot: first tier (intervals overlapping the best's) "
+                     + "; ".join(f"{p.label} {p.efficiency:.3g}" for p in top)
+                     + ("; shown apart, bounds: " + "; ".join(
+                         f"{p.label} {'>=' if p.outcome == 'never_fails' else '<='} "
+                         f"{p.efficiency:.3g}" for p in bounded) if bounded else "") + ".")
     for pair in between_sizes.pairs(zoo, families(root / "results" / "reference" / "zoo")):
         lines.append(f"- `zoo` between d_dot {pair.small} and {pair.large} "
                      f"({len(pair.families)} families), Spearman rho of their ranks: "

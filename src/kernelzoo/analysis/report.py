@@ -4,7 +4,8 @@ Sections: what was run (runs, steps, wall time, machine, sweep invocations), the
 rule, the capacity table in three views (loss, accuracy, keys retrieved: each with its bracket or
 interval over seeds; the rank bound; for the authors' own configurations the failure point of
 their published losses), the comparison with the paper (loss view), capacity efficiency per view
-and how far the views' rankings agree (per size, each disagreement's cause: ``rankings.py``;
+and how far the views' rankings agree (per size, tiers and each configuration's measured flags:
+``tiers.py``;
 between sizes, each family's move: ``between_sizes.py``), the update rules compared (``update_rules.py``), capacity or optimisation: the learning rates
 and stopping rules compared (``optimisation.py``), capacity against d_dot per family and view (``scaling.py``), the
 memory's sections (``sections.py``: the rank bound and the features a query reads, the feature
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo.analysis import between_sizes, factorial, optimisation, scaling, update_rules
+from kernelzoo.analysis import (between_sizes, factorial, optimisation, scaling, tiers,
+                                update_rules)
 from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
@@ -304,7 +306,9 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                               + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
                                  else "") for r in theirs.itertuples()) + "."]
     family = {label: f.name for f in families for label in f.points["label"].unique()}
-    lines += ["", *efficiency_table(capacity), *between_sizes.section(capacity, family),
+    flag_rows = tiers.flags(capacity, runs, threshold, accuracy_threshold)
+    lines += ["", *efficiency_table(capacity), *tiers.section(capacity, flag_rows, level=3),
+              *between_sizes.section(capacity, family),
               *update_rules.section(capacity, runs),
               *optimisation.section(seeds, capacity, runs, threshold, accuracy_threshold),
               *scaling.section(families), *rank_bound_section(capacity, runs),
