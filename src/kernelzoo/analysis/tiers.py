@@ -25,9 +25,9 @@ cause of its place:
 Two configurations swap between two views when they are in different tiers in both, in
 opposite orders. A flag bears on a swap only in its direction (``explains``): a diluted
 read-out of the one worse in the loss view, partial retrieval of the one better in keys
-retrieved, where the other configuration has not that flag. The flags are measured on the runs, not on the tiers they sit beside: under random
-permutations of the accuracy view among a size's configurations they bear on a stated share
-of the swaps at most (``tests/test_tiers.py``).
+retrieved, where the other configuration has not that flag. The flags are measured on the
+runs, not on the tiers they sit beside: under random permutations of the accuracy view among a
+size's configurations they bear on at most half of the swaps (``tests/test_tiers.py``).
 """
 
 from __future__ import annotations
