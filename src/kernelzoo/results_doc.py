@@ -175,8 +175,19 @@ def section(experiment: str, root: Path) -> list[str]:
     lines += tiers.section(table, flags(store, table), level=3)
     lines += between_sizes.section(table, families(store), level=3)
     if (store / "factorial.csv").exists():
-        lines += factorial.summary(pd.read_csv(store / "factorial.csv"))
+        lines += factorial.summary(pd.read_csv(store / "factorial.csv"),
+                                   simple_effects(store, table))
     return lines
+
+
+def simple_effects(store: Path, table: pd.DataFrame) -> list:
+    """``factorial.simple_table`` of the store, on its runs at the analysis' defaults."""
+    runs = pd.read_parquet(store / "runs.parquet")
+    if "stall_check_of" in runs:
+        runs = runs[runs["stall_check_of"].isna()]
+    defaults = AnalyzeConfig()
+    return factorial.simple_table(table, seed_table(runs, defaults.threshold,
+                                                    defaults.accuracy_threshold))
 
 
 def flags(store: Path, table: pd.DataFrame) -> pd.DataFrame:
@@ -279,11 +290,14 @@ def _favor_summary(store: Path) -> list[str]:
     laws = pd.read_csv(store / "scaling.csv")
     law = laws[laws["view"] == "loss"].sort_values("n_d_dot", kind="stable").iloc[-1]
     capacity = pd.read_csv(store / "capacity.csv")
+    simple = [e for e in simple_effects(store, capacity) if e.view == "loss"]
+    interacting = {e.factor for e in simple}
     family = capacity[capacity["label"].map(families(store)) == law["family"]]
     return [f"- `favor_diagnosis` ({int(capacity['n_seeds'].max())} seeds, loss view), each fix's "
             f"ratio on the failure point ({main['design'].iloc[0]}) [95% interval]: " + "; ".join(
                 f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
-                for r in main.itertuples())
+                for r in main.itertuples() if r.effect not in interacting)
+            + "".join(f"; {words}" for words in factorial.simple_words(simple, "loss"))
             + f"; with every fix ({law['family']}), the failure point per d_dot: " + "; ".join(
                 f"{r.d_dot}: {observed(r)}" for r in family.sort_values("d_dot").itertuples())
             + f" (n* = d_dot: F test p = {law['p_identity']:.2g}, "
