@@ -209,9 +209,10 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
         "feature_map", "params", "d_key", "d_dot", "update_rule", "lr", "predicted_capacity", "n_seeds",
         "observed_capacity", "ci_low", "ci_high", "first_failure", "ratio", "outcome"]
     assert header[14:16] == ["ci_level", "rank_bound"]
-    assert header[-5:] == [*analyze.published.PUBLISHED_COLUMNS,
+    assert header[-7:] == [*analyze.published.PUBLISHED_COLUMNS,
                            *analyze.published.REFERENCE_COLUMNS] == [
-        "published_capacity", "published_outcome", "published_verdict", "reference_capacity",
+        "published_capacity", "published_outcome", "published_last_pass",
+        "published_first_failure", "published_verdict", "reference_capacity",
         "reference_outcome"]  # appended after label
     capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
     assert capacity.shape == (5, len(header) - 1)

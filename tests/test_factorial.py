@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from kernelzoo.analysis import factorial
+from kernelzoo.analysis.capacity import SUFFIX
 
 
 def favor_params(redraw: str, scale: str, stabilize: str, m: int = 64) -> str:
@@ -131,3 +132,25 @@ def test_analyze_writes_factorial_csv_and_section(tmp_path):
     lines = factorial.summary(table)
     assert lines[0].startswith("Factorial favor d_key=64 d_dot=32 (redraw every_call -> never")
     assert any(line.startswith("- loss: redraw x") for line in lines)
+
+
+def test_an_interaction_that_excludes_1_gives_each_fix_at_each_level_of_the_other():
+    """A 2^2 design in which A multiplies the failure point by 1 at B low and by 4 at B high:
+    the main effect (x2) averages them; the simple effects give both."""
+    rng = np.random.default_rng(0)
+    rows, capacity = [], []
+    for a, b, mean in ((0, 0, 100.0), (1, 0, 100.0), (0, 1, 50.0), (1, 1, 200.0)):
+        label = f"favor A={a + 1} B={b + 1}"
+        capacity.append({"label": label, "feature_map": "favor", "d_key": 16, "d_dot": 64,
+                         "update_rule": "sum", "lr": 0.001, "params": f"A={a + 1},B={b + 1}"})
+        for seed, v in enumerate(mean * np.exp(rng.normal(0, 0.02, 3)), 1):
+            rows.append({"label": label, "seed": seed, **{f"value{s}": v for s in SUFFIX.values()},
+                         **{f"outcome{s}": "fails_at" for s in SUFFIX.values()}})
+    design, = factorial.designs(pd.DataFrame(capacity))
+    found = [e for e in factorial.simple_effects(design, pd.DataFrame(rows)) if e.view == "loss"]
+    got = {(e.factor, e.at): e.ratio for e in found}
+    assert got == pytest.approx({("A", "B=2"): 4.0, ("A", "B=1"): 1.0, ("B", "A=2"): 2.0,
+                                 ("B", "A=1"): 0.5}, rel=0.05)
+    words, = factorial.simple_words(found, "loss")
+    assert words.startswith("interaction A x B x1.98 [") and "(its interval excludes 1)" in words
+    assert "A x0.995 [" in words and "at B=1, x3.91 [" in words

@@ -1,11 +1,11 @@
-"""Rankings per view at each size and the causes of their disagreements (analysis/rankings.py),
-on constructed capacity tables."""
+"""Sizes, ranks per view and what limits a map (analysis/rankings.py), and the tiers section that
+shows them (analysis/tiers.py), on constructed capacity tables."""
 
 import math
 
 import pandas as pd
 
-from kernelzoo.analysis import rankings
+from kernelzoo.analysis import rankings, tiers
 
 
 def row(label, d_dot, loss, acc, keys, outcome_acc="fails_at", outcome_keys="fails_at",
@@ -47,33 +47,21 @@ def test_ranks_within_each_size():
     assert got.loc["H", "size"] == 128 and "S" not in got.index
 
 
-def test_disagreements_name_their_causes():
-    found = rankings.disagreements(table()).set_index("label")
-    assert found.loc["C", "why"] == "diluted read-out (accuracy 120 against loss 12)"
-    assert found.loc["C", "best"] == "accuracy" and found.loc["C", "worst"] == "loss"
-    # A drops from 1 (loss) to 3 (keys) because C and D pass it: their causes, not noise
-    assert found.loc["A", "why"] == ("within the seeds' intervals, but for swaps explained by "
-                                     "the diluted read-out of C; the partial retrieval of D")
-    assert "F" not in found.index  # the same order in every view
-
-
-def test_no_measured_cause_is_said():
-    capacity = pd.DataFrame([row("A", 64, 60, 40, 40, spread=0.01),
-                             row("B", 64, 50, 50, 50, spread=0.01),
-                             row("C", 64, 45, 45, 45, spread=0.01)])
-    found = rankings.disagreements(capacity).set_index("label")
-    assert found.loc["A", "why"] == "no measured cause (apart from B, C)"
-
-
-def test_section_lists_limits_and_sizes():
-    lines = rankings.section(table())
-    assert lines[0] == "## Rankings per view"
-    assert "### d_dot 64 to 66" in lines and "### d_dot 128 to 135" in lines
+def test_the_tiers_section_lists_limits_sizes_and_the_reference():
+    """The tiers per size (``tiers.section``) carry each configuration's limits and the rows
+    without d_dot as a reference line."""
+    capacity = table()
+    runs = pd.DataFrame(columns=["label", "seed", "n_keys", "status", "final_eval_loss",
+                                 "final_eval_accuracy"])
+    lines = tiers.section(capacity, tiers.flags(capacity, runs, 0.01, 0.99))
+    assert lines[0] == "## Tiers per view"
+    assert "### d_dot 64" in lines and "### d_dot 128" in lines
     e = next(line for line in lines if line.startswith("| E |"))
     assert "rank collapse (effective rank 40 -> 10 in training)" in e
     assert "fewer features read than written (rank bound 33 of d_dot 64)" in e
+    c = next(line for line in lines if line.startswith("| C |"))
+    assert "bound: >= 3.03" in c and "bound in keys retrieved" in c
     assert ("Reference, no d_dot: S, failure point loss 500; accuracy 500; keys retrieved "
             ">= 500.") in lines
-    assert rankings.section(table(), level=3)[0] == "### Rankings per view"
-    assert rankings.section(table().iloc[:2]) == []
+    assert tiers.section(capacity, None, level=3)[0] == "### Tiers per view"
     assert not math.isnan(rankings.COLLAPSE)

@@ -79,18 +79,20 @@ def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, ca
     assert b"<svg" in (exp / "capacity_scaling.svg").read_bytes()[:500]
     report = (exp / "report.md").read_text()
     for needle in ("## Capacity against d_dot, per view", scaling.RULE.splitlines()[0],
-                   f"| ELU+1 | loss | 3 | {np.mean(RATIOS):.3g} [",
-                   f"| no (p < 0.0001) | 16: {np.mean(RATIOS):.2f} [{RATIOS[0]:.2f}, {RATIOS[1]:.2f}]"
-                   " (50%); 32: ",
-                   "| DPFP d_key=8 | loss | 2 | – | – | not fitted |",
+                   f"| ELU+1 | loss | 16: {np.mean(RATIOS):.2f} [{RATIOS[0]:.2f}, "
+                   f"{RATIOS[1]:.2f}] (50%); 32: ",
+                   f"| 3 | {np.mean(RATIOS):.3g} [",
+                   "| n* = d_dot rejected at 5% (F test p < 0.0001) |",
+                   "| 2 | – | – | not fitted |",
                    "![](capacity_scaling.png)"):
         assert needle in report, needle
     capsys.readouterr()
     scaling.main([str(exp / "scaling.csv"), str(tmp_path / "none.csv")])
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{exp / 'scaling.csv'}:"
-    assert out[1].startswith("  DPFP d_key=8 (loss view): not fitted, failure points at 2 d_dot")
-    assert any(line.startswith("  ELU+1 (loss view): n* = ") and "n* = d_dot rejected at 5%" in line
+    assert out[1].startswith("  DPFP d_key=8 (loss view): failure point / d_dot per level")
+    assert "not fitted, failure points at 2 d_dot levels" in out[1]
+    assert any(line.startswith("  ELU+1 (loss view): failure point") and "n* = d_dot rejected at 5%" in line
                for line in out)
     assert out[-1].startswith(f"{tmp_path / 'none.csv'}: unreadable")
 
@@ -98,3 +100,33 @@ def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, ca
 def test_nearby_d_dot_levels_share_one_tick_labelled_with_their_range():
     assert scaling._ticks([64, 65, 66, 128, 135, 136, 512]) == {64: "64-66", 128: "128-136",
                                                                 512: "512"}
+
+
+def test_a_law_on_bounds_alone_cannot_tell_and_names_the_bounds():
+    """Three levels whose seeds all passed the top probe: no law, the verdict says so."""
+    rows = pd.DataFrame([{"family": "ELU+1", "view": "keys_retrieved", "n_d_dot": 0,
+                          "b": math.nan, "verdict": "cannot tell", "d_dot": d, "n_seeds": 0,
+                          "n_bounds": 5, "ratio": math.nan, "ratio_lowest": 1.03,
+                          "ratio_highest": math.inf, "ratio_low": 1.0, "ratio_high": math.inf,
+                          "ratio_level": 0.9375} for d in (64, 128, 256)])
+    words = scaling.sentence(rows)
+    assert "256: >= 1.03 [1.00, inf) (94%; 5 of 5 seeds bounds)" in words
+    assert words.endswith("n* = d_dot: cannot tell: bounded at >= 65.92 (d_dot 64), >= 131.8 "
+                          "(d_dot 128), >= 263.7 (d_dot 256).")
+
+
+def test_a_level_with_bounds_keeps_every_seed_and_a_weak_test_cannot_tell(tmp_path):
+    """The last ELU+1 level: seed 2 never fails (a lower bound at its top probe), seed 1 fails
+    at a point: both counted; the law's 2-seed design has little power: "cannot tell"."""
+    write_family_store(tmp_path / "s")
+    write_series(tmp_path / "s", {n: 1e-4 for n in (32, 48, 64)}, seed=3, feature_map="elu",
+                 d_key=64, d_dot=64)
+    runs, _, _ = analyze.load_runs(tmp_path / "s")
+    elu = [f for f in scaling.families(runs, seed_table(runs, TAU, 0.99)) if f.name == "ELU+1"][0]
+    top = elu.departures("loss").iloc[-1]
+    assert (top["n_seeds"], top["n_bounds"]) == (2, 1) and top["ratio_high"] == math.inf
+    assert top["ratio"] == pytest.approx(RATIOS[1])  # the median of 3: the bound lies above it
+    rows = scaling.table([elu])
+    loss = rows[rows["view"] == "loss"]
+    assert set(loss["verdict"]) == {"cannot tell"} and loss["power"].iloc[0] < 0.5
+    assert loss["p_identity"].iloc[0] >= 0.05

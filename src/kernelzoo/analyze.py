@@ -18,8 +18,10 @@ keys' features measured at the n_keys = d_dot probe, before its failure point is
 search are read alike. Partial sweeps are analysed as far as they go; run directories without a
 summary, damaged files (a summary with wrong types, a non-numeric curve, a FIFO, an unreadable
 sweep.json or search.json: each named with what is wrong) and grid holes are listed in the
-report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``), set aside by
-the failure-point rule and listed in the report. Nothing is ever deleted. The command line is
+report. Runs that stalled (``stalls.py``) are marked in runs.parquet (``stalled``) and listed in
+the report; the failure-point rule counts them as they ended (a stall is a diagnosis), and only
+the verified columns replace a stalled run by its check (``stall_check=true``). Nothing is ever
+deleted. The command line is
 checked against ``kernelzoo.config.AnalyzeConfig`` before anything runs. The failure-point rule is
 in ``capacity.py`` (and in every report); the wandb dashboard's tables in ``dashboard_tables``, its
 charts in ``tracking.log_dashboard``.
@@ -39,8 +41,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import config
 from kernelzoo.config.hydra_internals import args_parser
-from kernelzoo.analysis import (efficiency, factorial, plots, prediction, published, rank_bound,
-                                scaling, settings, stalls)
+from kernelzoo.analysis import (dynamics, efficiency, factorial, plots, prediction, published,
+                                rank_bound, scaling, settings, stalls)
 from kernelzoo.records import tracking
 from kernelzoo.analysis.capacity import RULE, by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
@@ -90,6 +92,17 @@ def read_curve(path: Path) -> pd.DataFrame:
         raise StoreError(f"{path}: not a curve ({str(err).splitlines()[0]})") from None
 
 
+def curve_reader(exp_dir: Path):
+    """A run's curve.csv by ``read_curve`` (None when missing or damaged: damaged files are
+    listed by ``curve_table``), for ``dynamics.run_table``."""
+    def read(run):
+        try:
+            return read_curve(exp_dir / "runs" / run.run_dir / "curve.csv")
+        except (OSError, StoreError):
+            return None
+    return read
+
+
 def curve_table(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
                 exp_dir: Path, damaged: list[str]) -> pd.DataFrame:
     """Eval curves of the runs just below and above each failure point (the median-most seed),
@@ -128,8 +141,8 @@ def rank_bounds(runs: pd.DataFrame, threshold: float) -> pd.Series:
 def add_stall_columns(table: pd.DataFrame, runs: pd.DataFrame, checks: pd.DataFrame,
                       checked: pd.DataFrame, cfg) -> pd.DataFrame:
     """Per configuration: its stalled runs, how many have a check and how many the checks
-    cleared (loss view), and the loss and accuracy failure points with only the verified
-    stalls set aside (``stalls.with_checks``)."""
+    cleared (loss view), and the loss and accuracy failure points with each checked stalled run
+    replaced by its check (``stalls.with_checks``)."""
     if checks.empty:  # nothing verified: the same table
         verified = table.set_index("label")
     else:
@@ -195,6 +208,7 @@ def analyze(cfg: DictConfig) -> None:
     table = capacity_table(runs, seeds)
     checked = stalls.check_outcomes(runs, checks, cfg.threshold, cfg.accuracy_threshold)
     table = add_stall_columns(table, runs, checks, checked, cfg)
+    table = dynamics.add_columns(table, dynamics.run_table(runs, curve_reader(exp_dir)))
     points = published.points(runs)
     bounds = table.set_index("label")["rank_bound"].astype(float).fillna(math.inf)
     capacity = published.capacity_columns(

@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from kernelzoo.analysis import (between_sizes, factorial, optimisation, prediction, rankings,
-                                scaling)
+from kernelzoo.analysis import (between_sizes, censored, dynamics, factorial, optimisation,
+                                power, prediction, rankings, scaling, tiers)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
@@ -110,14 +110,10 @@ def _optimisation_tables(store: str, stamp: tuple) -> dict:
         runs = runs[runs["stall_check_of"].isna()]
     defaults = AnalyzeConfig()
     seeds = seed_table(runs, defaults.threshold, defaults.accuracy_threshold)
-    found = {s: optimisation.table(seeds, table, s) for s in optimisation.SETTINGS}
+    found = {s: optimisation.table(optimisation.seeds_for(s, runs, seeds, defaults.threshold,
+                                                          defaults.accuracy_threshold), table, s)
+             for s in optimisation.SETTINGS}
     return {s: f for s, f in found.items() if not f.empty}
-
-
-def _rise(differences) -> str:
-    """The level whose rise is shown furthest above 0: "+d [lower]" (``optimisation.table``)."""
-    _, d, low, _ = max(differences, key=lambda x: x[2])
-    return f"{d:+.3g} [{cell(low)}]"
 
 
 def optimisation_verdicts(store: Path) -> list[str]:
@@ -129,25 +125,20 @@ def optimisation_verdicts(store: Path) -> list[str]:
         published = setting.words(setting.base)
         lines += [f"Does the failure point move with the {setting.heading.lower()}? The test of "
                   "the report's \"Capacity or optimisation?\" section (`docs/analysis.md`), "
-                  f"{optimisation.TEST_WORDS[setting.test]}: \"moves\" when another level "
-                  f"raises it above {published}'s (the rise in keys [its lower bound]), \"does not "
-                  "move\" when none raises it by the margin, 0.1 d_dot keys, and undecided "
-                  "otherwise; seed values that are bounds (never_fails, fails_everywhere) are "
-                  "tested as values.", "",
+                  f"{optimisation.TEST_WORDS[setting.test]}, against {published}, margin 0.1 "
+                  "d_dot keys: rises beyond the margin, rises within it (the rise in keys [its "
+                  "lower bound]), does not move (with its power and the smallest rise it "
+                  "detects at 80%), or cannot tell; seed values that are bounds (never_fails, "
+                  "fails_everywhere) are the intervals they allow.", "",
                   "| configuration | margin (keys) | " + " | ".join(f"{VIEW_WORDS[v]} view"
                                                               for v in VIEWS) + " |",
                   "|---|---|" + "---|" * len(VIEWS)]
         for label, rows in found.groupby("label", sort=False):
-            rows = rows.set_index("view")
             cells = []
-            for v in VIEWS:
-                r = rows.loc[v]
-                words = r["verdict"] + (
-                    f" (needs a margin above {cell(r['decided_at'])})"
-                    if r["verdict"] == "undecided" else
-                    f" ({_rise(r['differences'])})" if r["verdict"] == "moves" else "")
-                bounds = sum(r["bounds"].values())
-                cells.append(words + (f"; {bounds} of {r['values']} bounds" if bounds else ""))
+            for r in rows.set_index("view").loc[list(VIEWS)].reset_index().itertuples():
+                bounds = sum(r.bounds.values())
+                cells.append(optimisation.verdict_words(r)
+                             + (f"; {bounds} of {r.values} bounds" if bounds else ""))
             lines.append(f"| {label} | {cell(rows['margin'].iloc[0])} | " + " | ".join(cells)
                          + " |")
         lines.append("")
@@ -181,11 +172,31 @@ def section(experiment: str, root: Path) -> list[str]:
                   for _, group in laws.groupby(["family", "view"], sort=False)
                   if group["d_dot"].nunique() >= 2]
         lines.append("")
-    lines += rankings.section(table, level=3)
+    lines += tiers.section(table, flags(store, table), level=3)
     lines += between_sizes.section(table, families(store), level=3)
     if (store / "factorial.csv").exists():
-        lines += factorial.summary(pd.read_csv(store / "factorial.csv"))
+        lines += factorial.summary(pd.read_csv(store / "factorial.csv"),
+                                   simple_effects(store, table))
     return lines
+
+
+def simple_effects(store: Path, table: pd.DataFrame) -> list:
+    """``factorial.simple_table`` of the store, on its runs at the analysis' defaults."""
+    runs = pd.read_parquet(store / "runs.parquet")
+    if "stall_check_of" in runs:
+        runs = runs[runs["stall_check_of"].isna()]
+    defaults = AnalyzeConfig()
+    return factorial.simple_table(table, seed_table(runs, defaults.threshold,
+                                                    defaults.accuracy_threshold))
+
+
+def flags(store: Path, table: pd.DataFrame) -> pd.DataFrame:
+    """``tiers.flags`` of the store's configurations, on its runs at the analysis' defaults."""
+    runs = pd.read_parquet(store / "runs.parquet")
+    if "stall_check_of" in runs:
+        runs = runs[runs["stall_check_of"].isna()]
+    defaults = AnalyzeConfig()
+    return tiers.flags(table, runs, defaults.threshold, defaults.accuracy_threshold)
 
 
 def families(store: Path) -> dict[str, str]:
@@ -241,11 +252,15 @@ def analysis_document() -> str:
         ("Which view headlines the rankings", rankings, HEADLINE_WHY),
         ("The rank bound", rank_bound, rank_bound.DERIVATION),
         ("Intervals", intervals, intervals.RULE),
+        ("Bounds as censored values", censored, censored.RULE),
         ("Does capacity follow d_dot?", scaling, scaling.RULE),
+        ("What a test could detect", power, power.RULE),
         ("Capacity or optimisation: the learning rate and the stopping rule", optimisation,
          optimisation.RULE),
         ("Stalls and their checks", stalls, stalls.RULE),
-        ("Rankings per view and why they disagree", rankings, rankings.RULE),
+        ("Sizes and what limits a map", rankings, rankings.RULE),
+        ("Tiers per view and measured flags", tiers, tiers.RULE),
+        ("Diagnoses from curves", dynamics, dynamics.RULE),
         ("Rankings between sizes", between_sizes, between_sizes.RULE),
         ("Factorial effects", factorial, factorial.RULE),
         ("Predicting the failure point", prediction, prediction.__doc__.split("\n\n")[1]),
@@ -275,15 +290,18 @@ def _favor_summary(store: Path) -> list[str]:
     laws = pd.read_csv(store / "scaling.csv")
     law = laws[laws["view"] == "loss"].sort_values("n_d_dot", kind="stable").iloc[-1]
     capacity = pd.read_csv(store / "capacity.csv")
+    simple = [e for e in simple_effects(store, capacity) if e.view == "loss"]
+    interacting = {e.factor for e in simple}
     family = capacity[capacity["label"].map(families(store)) == law["family"]]
     return [f"- `favor_diagnosis` ({int(capacity['n_seeds'].max())} seeds, loss view), each fix's "
             f"ratio on the failure point ({main['design'].iloc[0]}) [95% interval]: " + "; ".join(
                 f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
-                for r in main.itertuples())
+                for r in main.itertuples() if r.effect not in interacting)
+            + "".join(f"; {words}" for words in factorial.simple_words(simple, "loss"))
             + f"; with every fix ({law['family']}), the failure point per d_dot: " + "; ".join(
                 f"{r.d_dot}: {observed(r)}" for r in family.sort_values("d_dot").itertuples())
             + f" (n* = d_dot: F test p = {law['p_identity']:.2g}, "
-            + ("consistent" if law["follows_d_dot"] else "rejected") + ")."]
+            + scaling.short_verdict(law) + ")."]
 
 
 def summary(root: Path = ROOT) -> list[str]:
@@ -305,13 +323,17 @@ def summary(root: Path = ROOT) -> list[str]:
                 + "; ".join(f"{r.label} {observed(r)} against {published(r)}: "
                             f"{r.published_verdict}" for r in theirs.itertuples()) + ".")
     zoo = pd.read_csv(root / "results" / "reference" / "zoo" / "capacity.csv")
+    placed = tiers.tiers(zoo)
     for size, levels in rankings.sizes(zoo).items():
         mine = zoo[zoo["predicted_capacity"].isin(levels)]
-        best = mine.sort_values("ratio_acc", ascending=False).head(3)
-        lines.append(f"- `zoo` (d_dot {size}, {int(mine['n_seeds'].max())} seeds), highest "
-                     "failure point / d_dot in the accuracy view: " + "; ".join(
-                         f"{r.label} {bound(r.ratio_acc, r.outcome_acc)}"
-                         for r in best.itertuples()) + ".")
+        top = [p for p in placed if p.size == size and p.view == "accuracy" and p.tier == 1]
+        bounded = [p for p in placed if p.size == size and p.view == "accuracy" and p.tier is None]
+        lines.append(f"- `zoo` (d_dot {size}, {int(mine['n_seeds'].max())} seeds), accuracy "
+                     "view, failure point / d_dot: first tier (intervals overlapping the best's) "
+                     + "; ".join(f"{p.label} {p.efficiency:.3g}" for p in top)
+                     + ("; shown apart, bounds: " + "; ".join(
+                         f"{p.label} {'>=' if p.outcome == 'never_fails' else '<='} "
+                         f"{p.efficiency:.3g}" for p in bounded) if bounded else "") + ".")
     for pair in between_sizes.pairs(zoo, families(root / "results" / "reference" / "zoo")):
         lines.append(f"- `zoo` between d_dot {pair.small} and {pair.large} "
                      f"({len(pair.families)} families), Spearman rho of their ranks: "
@@ -325,25 +347,26 @@ def summary(root: Path = ROOT) -> list[str]:
         found_by_setting = optimisation_tables(store) if (store / "capacity.csv").exists() else {}
         for setting, found in found_by_setting.items():
             verdicts = found.groupby("label", sort=False)["verdict"]
-            moves = {label: [f"{VIEW_WORDS[r.view]} {_rise(r.differences)}"
-                             for r in rows[rows["verdict"] == "moves"].itertuples()]
+            rises = {label: [f"{VIEW_WORDS[r.view]} {optimisation.verdict_words(r)}"
+                             for r in rows[rows["verdict"].isin(optimisation.RISES)].itertuples()]
                      for label, rows in found.groupby("label", sort=False)
-                     if (rows["verdict"] == "moves").any()}
+                     if rows["verdict"].isin(optimisation.RISES).any()}
             held = [label for label, v in verdicts if (v == "does not move").all()]
             lines.append(f"- `{experiment}`, the optimisation test ({setting.heading.lower()}, "
                          f"{optimisation.TEST_WORDS[setting.test]}, margin 0.1 d_dot keys, "
-                         "per view; a rise in keys [its lower bound]): moves: "
-                         + ("; ".join(f"{k} ({', '.join(v)})" for k, v in moves.items()) or "none")
+                         "per view; a rise in keys [its lower bound]): rises: "
+                         + ("; ".join(f"{k} ({', '.join(v)})" for k, v in rises.items())
+                            or "none")
                          + "; does not move in every view: " + (", ".join(held) or "none")
-                         + f"; {len(verdicts) - len(moves) - len(held)} of {len(verdicts)} "
-                         "configurations undecided in some view.")
+                         + f"; {len(verdicts) - len(rises) - len(held)} of {len(verdicts)} "
+                         "configurations cannot tell in some view.")
     dot = pd.read_csv(root / "results" / "reference" / "dot_scaling" / "scaling.csv")
     laws = dot.drop_duplicates(["family", "view"])
     laws = laws[laws["view"].isin(["loss", "accuracy"]) & laws["b"].notna()]
     lines.append("- `dot_scaling` (5 seeds, d_dot 16-256), n* = a d_dot^b per family and view: "
                  + "; ".join(f"{r.family} ({VIEW_WORDS[r.view]}) b = {r.b:.2f} "
                              f"[{r.b_low:.2f}, {r.b_high:.2f}], "
-                             f"{'consistent with' if r.follows_d_dot else 'rejects'} n* = d_dot"
+                             f"{scaling.short_verdict(r)}"
                              for r in laws.itertuples()) + ".")
     return lines + [END]
 

@@ -21,6 +21,11 @@ seeds in all); ``coverage`` checks it by simulation with known truth, including 
 between cells and stall-like outliers. A seed whose value in the view is a bound (never_fails: a
 lower bound, fails_everywhere: an upper bound) enters at its bound; as every effect uses every
 cell, each effect of that view carries the count of bounds, and its interval does not hold.
+
+Simple effects (``simple_effects``): where a two-factor interaction's interval excludes 1, a main
+effect averages over unlike effects, so each of the two factors' effect is also given at each
+level of the other: the contrast of A high against A low among the cells at one level of B
+(averaged over the other factors), with the same pooled s, degrees of freedom and t interval.
 """
 
 from __future__ import annotations
@@ -131,6 +136,90 @@ def estimate(cells: list[tuple[int, ...]], y: list[np.ndarray], level: float = L
     return out
 
 
+def _log_values(design: Design, seeds: pd.DataFrame, view: str) -> tuple[list, int]:
+    """(ln n* of each cell's seeds in ``view``, cell by cell as ``design.cells``, the count of
+    those values that are bounds)."""
+    s, y, bounds = SUFFIX[view], [], 0
+    for cell in design.cells:
+        mine = seeds[(seeds["label"] == design.cells[cell]) & seeds[f"value{s}"].notna()]
+        y.append(np.log(np.maximum(mine[f"value{s}"].to_numpy(float), 1e-9)))
+        bounds += int(mine[f"outcome{s}"].isin(BOUNDS).sum())
+    return y, bounds
+
+
+@dataclass(frozen=True)
+class SimpleEffect:
+    """One factor's effect at one level of another with which it interacts: the ratio on the
+    failure point, its 95% interval, and the interaction that called for it."""
+
+    design: str
+    view: str
+    factor: str
+    change: str        # "1 -> performer"
+    at: str            # the other factor at one level: "redraw=every_call"
+    ratio: float
+    low: float
+    high: float
+    interaction: str   # "input_scale x redraw x1.91 [1.62, 2.25]"
+    bounds: int
+
+
+def simple_effects(design: Design, seeds: pd.DataFrame,
+                   level: float = LEVEL) -> list[SimpleEffect]:
+    """The simple effects of the module docstring, for every two-factor interaction of
+    ``design`` whose interval excludes 1, in every view."""
+    cells, names = list(design.cells), [name for name, _ in design.factors]
+    k, found = len(names), []
+    for view in VIEWS:
+        y, bounds = _log_values(design, seeds, view)
+        if min(len(v) for v in y) < 1:
+            continue
+        named = dict(zip(contrast_names(k), estimate(cells, y, level)))
+        means = np.array([v.mean() for v in y])
+        n = np.array([len(v) for v in y], float)
+        dof = int(n.sum() - len(cells))
+        if dof <= 0:
+            continue
+        sd = math.sqrt(sum(((v - v.mean()) ** 2).sum() for v in y) / dof)
+        for (i, j), (e, low, high) in ((key, v) for key, v in named.items() if len(key) == 2):
+            if low <= 0 <= high:
+                continue
+            words = (f"{names[i]} x {names[j]} x{math.exp(e):.3g} "
+                     f"[{math.exp(low):.3g}, {math.exp(high):.3g}]")
+            for a, b in ((i, j), (j, i)):
+                for side in (0, 1):
+                    c = np.array([(2 * cell[a] - 1) * (cell[b] == side) for cell in cells],
+                                 float) / 2 ** (k - 2)
+                    est = float(c @ means)
+                    half = _t(level, dof) * sd * math.sqrt(float((c ** 2 / n).sum()))
+                    lows, highs = design.factors[a][1], design.factors[b][1]
+                    found.append(SimpleEffect(
+                        design.title, view, names[a], f"{lows[0]} -> {lows[1]}",
+                        f"{names[b]}={highs[side]}", math.exp(est), math.exp(est - half),
+                        math.exp(est + half), words, bounds))
+    return found
+
+
+def simple_table(capacity: pd.DataFrame, seeds: pd.DataFrame) -> list[SimpleEffect]:
+    """``simple_effects`` of every design of ``capacity``."""
+    return [e for d in designs(capacity) for e in simple_effects(d, seeds)]
+
+
+def simple_words(found: list[SimpleEffect], view: str) -> list[str]:
+    """Per interaction in ``view``: "interaction input_scale x redraw x1.91 [1.62, 2.25] (its
+    interval excludes 1), each at each level of the other: input_scale x1.13 [0.896, 1.42] at
+    redraw=every_call, x4.13 [3.28, 5.21] at redraw=never; ..."."""
+    by: dict[str, dict[str, list[SimpleEffect]]] = {}
+    for e in found:
+        if e.view == view:
+            by.setdefault(e.interaction, {}).setdefault(e.factor, []).append(e)
+    return [f"interaction {interaction} (its interval excludes 1), each at each level of the "
+            "other: " + "; ".join(
+        f"{factor} " + ", ".join(f"x{e.ratio:.3g} [{e.low:.3g}, {e.high:.3g}] at {e.at}"
+                                 for e in mine) for factor, mine in factors.items())
+            for interaction, factors in by.items()]
+
+
 def effects(design: Design, seeds: pd.DataFrame) -> pd.DataFrame:
     """One row per view and effect of ``design``: the effect's name, ratio (exp of the log
     effect), interval, the seeds in all, and how many of its values are bounds."""
@@ -138,13 +227,7 @@ def effects(design: Design, seeds: pd.DataFrame) -> pd.DataFrame:
     names = [name for name, _ in design.factors]
     cells = list(design.cells)
     for view in VIEWS:
-        s = SUFFIX[view]
-        y, bounds = [], 0
-        for cell in cells:
-            mine = seeds[(seeds["label"] == design.cells[cell]) & seeds[f"value{s}"].notna()]
-            values = mine[f"value{s}"].to_numpy(float)
-            y.append(np.log(np.maximum(values, 1e-9)))
-            bounds += int(mine[f"outcome{s}"].isin(BOUNDS).sum())
+        y, bounds = _log_values(design, seeds, view)
         if min(len(v) for v in y) < 1:
             continue
         for subset, (e, low, high) in zip(contrast_names(len(names)), estimate(cells, y)):
@@ -195,9 +278,10 @@ def effect_cell(r) -> str:
             + (f" ({r.bounds} bounds)" if r.bounds else ""))
 
 
-def summary(effects: pd.DataFrame) -> list[str]:
+def summary(effects: pd.DataFrame, simple: list[SimpleEffect] = ()) -> list[str]:
     """docs/results.md's lines per 2^k design (``table``'s rows or factorial.csv): each view's
-    main effects and two-factor interactions."""
+    main effects and two-factor interactions, and the ``simple`` effects where an interaction's
+    interval excludes 1."""
     lines = []
     for title, rows in effects.groupby("design", sort=False):
         lines += [f"Factorial {title} ({rows['factors'].iloc[0]}; {rows['seeds'].iloc[0]} "
@@ -206,6 +290,8 @@ def summary(effects: pd.DataFrame) -> list[str]:
         for view, of_view in rows[rows["order"] <= 2].groupby("view", sort=False):
             lines.append(f"- {VIEW_WORDS[view]}: " + "; ".join(
                 f"{r.effect} {effect_cell(r)}" for r in of_view.itertuples()) + ".")
+            mine = [e for e in simple if e.design == title]
+            lines += [f"  - {words}." for words in simple_words(mine, view)]
         lines.append("")
     return lines
 

@@ -22,28 +22,42 @@ else no interval):
   everything but the extra steps: Welch's test would count the seeds' spread, which the
   difference cancels, against the setting.
 With m other levels and a margin delta = 0.1 x d_dot keys (0.1 x the median failure point at the
-published level for a map without d_dot), the verdict is:
-- "moves" when some level raises the failure point: the lower end of its one-sided (1 - 0.05/m)
-  interval (Bonferroni over the m levels) is above 0. The limit at the published setting is then
-  the optimiser's. This is checked first: a rise shown above 0 is "moves" even when below delta.
-- "does not move" when no level raises it by delta or more: every other level's one-sided 95%
-  upper bound of d is below +delta (an intersection-union test: a 5% level with no multiplicity
-  adjustment). A lower failure point at another level does not count against capacity: a worse
-  lr may fail earlier; the question is whether any setting retrieves more.
-- "undecided" otherwise; the smallest margin that would have said "does not move" is the
-  largest upper bound, in keys, a measure of the test's power on these seeds.
+published level for a map without d_dot), the verdict is one of four:
+- "rises beyond the margin" when some level raises the failure point by more than delta: the
+  lower end of its one-sided (1 - 0.05/m) interval (Bonferroni over the m levels) is above
+  delta. The limit at the published setting is then the optimiser's.
+- "rises within the margin" when some level's lower end is above 0 but none above delta: a rise
+  is shown, not one of the margin's size.
+- "does not move" when no rise is shown and no level raises it by delta or more: every other
+  level's one-sided 95% upper bound of d is below +delta (an intersection-union test: a 5% level
+  with no multiplicity adjustment), and the test had the power to say so: at the seeds' spread
+  (each level's standard error and degrees of freedom), the chance that every level's upper
+  bound falls below delta when no level rises (a level found below the published one taken at
+  its difference d, the others at 0), the product over the levels of
+  T((delta - min(d, 0)) / se - t_0.95), is 50% or more. A lower failure point at another
+  level does not count against capacity: a worse lr may fail earlier; the question is whether
+  any setting retrieves more.
+- "cannot tell" otherwise. Each row carries the smallest rise the test detects at 80%, (t_(1 -
+  0.05/m) + t_0.8) se at the level of largest se, and the smallest margin that would have said
+  "does not move" (the largest upper bound).
 A seed whose value in a view is a bound (outcome never_fails: a lower bound; fails_everywhere:
-an upper bound) enters the test as that value; each row counts such seeds. A lower bound at
-another level can hide a rise: a "does not move" that rests on such seeds holds for the bounds,
-not for the failure points. Seeds without data are left out. When neither level's seeds spread,
-the interval is d itself (paired: when the seeds' differences do not spread). Both tests assume
-that each seed's failure point varies about its level's mean in one law. A rise that only some
-seeds show (the others' runs unchanged) breaks that: when none of the tested seeds is among them,
-nothing tells the rise from none. With 3 seeds and a rise of delta that half the seeds carry,
-either test says "does not move" in 1 study in 8 to 10; so "does not move" says no level raises
-a typical seed's failure point by delta. The intervals' coverage, the rate of a false "does not
-move" and the power are checked by simulation with known truth (``coverage``), correlated
-seeds, outliers and rises carried by some seeds included.
+an upper bound) is the interval it allows (``censored.seed_intervals``), never a number: a rise
+is judged with every bound at its end against the rise (a lower bound at the published level at
+inf, so no rise is shown over it; an upper bound at the other level at 0), "does not move" with
+every bound at its end against that (a lower bound at the other level at inf). A comparison whose
+seeds at both levels are bounds cannot say more than its bounds, and says so ("cannot tell:
+bounded at 264"). Seeds without data are left out. When neither level's seeds spread, the
+interval is d itself (paired: when the seeds' differences do not spread). The paired test pairs
+a seed's runs at the same n_keys: its failure point at each level is found over the n_keys
+probed at both (``common_probes``), so the difference is the setting's, not the probes'. Both
+tests assume that each seed's failure point varies about its level's mean in one law. A rise that
+only some seeds show (the others' runs unchanged) breaks that: when none of the tested seeds is
+among them, nothing tells the rise from none. With 3 seeds and a rise of delta that half the
+seeds carry, either test's upper bounds fall below delta in 1 study in 8 to 10; so "does not
+move" says no level raises a typical seed's failure point by delta. The intervals' coverage, the
+rate of a false "does not move" and the power are checked by simulation with known truth
+(``coverage``, without the power condition), correlated seeds, outliers and rises carried by
+some seeds included.
 """
 
 from __future__ import annotations
@@ -55,14 +69,18 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis import censored
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.analysis.published import PUBLISHED_LR, PUBLISHED_STOPPING
 from kernelzoo.analysis.style import cell, natural_key
 from kernelzoo.config.words import plural
 
 MARGIN = 0.1  # delta = MARGIN x d_dot keys
 ALPHA = 0.05
-VERDICTS = ("moves", "does not move", "undecided")
+VERDICTS = ("rises beyond the margin", "rises within the margin", "does not move", "cannot tell")
+RISES = VERDICTS[:2]
+POWER = 0.5  # the power to say "does not move" below which it cannot tell
+DETECT = 0.8  # the power at which the smallest detectable rise is given
 BOUND_WORDS = {"never_fails": "lower bounds", "fails_everywhere": "upper bounds"}
 BOUNDS = tuple(BOUND_WORDS)
 RULE = __doc__.partition("---\n")[2].strip()
@@ -115,14 +133,41 @@ def bounds(test, level: float) -> tuple[np.ndarray, np.ndarray]:
     return d - half, d + half
 
 
-def decide(lower, upper, delta) -> np.ndarray:
+def decide(lower, upper, delta, power=None) -> np.ndarray:
     """The verdict (module docstring) from each other level's Bonferroni ``lower`` bound and
     95% ``upper`` bound, the levels along the last axis; ``delta`` a number or one per
-    leading index."""
+    leading index; ``power`` (the power to say "does not move", one per leading index; None:
+    not asked) gates "does not move"."""
     lower, upper = np.asarray(lower, float), np.asarray(upper, float)
-    moves = (lower > 0).any(-1)
-    holds = (upper < np.asarray(delta, float)[..., None]).all(-1)
-    return np.where(moves, VERDICTS[0], np.where(holds, VERDICTS[1], VERDICTS[2]))
+    delta = np.asarray(delta, float)
+    beyond = (lower > delta[..., None]).any(-1)
+    rises = (lower > 0).any(-1)
+    holds = (upper < delta[..., None]).all(-1)
+    if power is not None:
+        holds &= np.asarray(power, float) >= POWER
+    return np.where(beyond, VERDICTS[0], np.where(rises, VERDICTS[1],
+                                                  np.where(holds, VERDICTS[2], VERDICTS[3])))
+
+
+def hold_power(test, delta: float) -> float:
+    """The chance that a level's one-sided 95% upper bound falls below ``delta`` when it does not
+    rise, at its test's (d, se, dof): T((delta - min(d, 0)) / se - t_0.95); 1 without spread,
+    NaN without an interval."""
+    d, se, dof = test
+    if not np.isfinite(se):
+        return math.nan
+    if se == 0:
+        return 1.0 if delta > min(d, 0) else 0.0
+    return float(stats.t.cdf((delta - min(d, 0)) / se - stats.t.ppf(1 - ALPHA, dof), dof))
+
+
+def detectable(test, level: float) -> float:
+    """The rise the one-sided ``level`` lower bound shows above 0 with 80% power, at the test's
+    (d, se, dof): (t_level + t_0.8) se."""
+    _, se, dof = test
+    if not np.isfinite(se):
+        return math.nan
+    return float((stats.t.ppf(level, dof) + stats.t.ppf(DETECT, dof)) * se) if se > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -197,45 +242,101 @@ def table(seeds: pd.DataFrame, capacity: pd.DataFrame,
 
 def _row(group: str, view: str, part: pd.DataFrame, setting: Setting, base_level: tuple,
          others: list[tuple], d_dot) -> dict:
-    """One configuration's test in one view (``table``)."""
+    """One configuration's test in one view (``table``): a bound as its interval, each test run
+    with the bounds at their ends against the claim it makes (module docstring)."""
     s = SUFFIX[view]
-    part = part[part[f"outcome{s}"] != "no_data"]
-    at = {r: part.loc[part["level"] == r].set_index("seed")[f"value{s}"].astype(float)
-          for r in [base_level, *others]}
-    base = at[base_level].to_numpy()
+    part = part[(part[f"outcome{s}"] != "no_data") & part[f"value{s}"].notna()]
+    ends = {}
+    for r in [base_level, *others]:
+        rows = part[part["level"] == r]
+        lo, hi = censored.seed_intervals(rows[f"outcome{s}"], rows[f"value{s}"].astype(float))
+        ends[r] = (pd.Series(lo, index=rows["seed"]), pd.Series(hi, index=rows["seed"]))
+    base_lo, base_hi = ends[base_level]
+    points = base_lo[base_lo == base_hi]
     margin = MARGIN * (float(d_dot) if pd.notna(d_dot) else
-                       (float(np.median(base)) if len(base) else math.nan))
+                       (float(np.median(points)) if len(points) else math.nan))
     level = 1 - ALPHA / len(others)
-    differences, lower, upper = [], [], []
+    differences, lower, upper, holds, detect = [], [], [], [], []
     for r in others:
+        other_lo, other_hi = ends[r]
         # seed by seed, NaN where a level lacks the seed: both tests leave NaNs out
-        test = TESTS[setting.test](*pd.concat([at[base_level], at[r]], axis=1).to_numpy().T)
-        low, high = bounds(test, level)[0], bounds(test, 1 - ALPHA)[1]
-        differences.append((setting.words(r), float(test[0]), float(low), float(high)))
-        lower.append(float(low))
-        upper.append(float(high))
-    highest = float(np.max(upper))  # NaN when a level has no interval
+        rise = TESTS[setting.test](*pd.concat([base_hi, other_lo], axis=1).to_numpy().T)
+        hold = TESTS[setting.test](*pd.concat([base_lo, other_hi], axis=1).to_numpy().T)
+        low = -math.inf if np.isinf(base_hi).any() else float(bounds(rise, level)[0])
+        high = math.inf if np.isinf(other_hi).any() else float(bounds(hold, 1 - ALPHA)[1])
+        exact = bool((base_lo == base_hi).all() and (other_lo == other_hi).all())
+        differences.append((setting.words(r), float(rise[0]) if exact else math.nan, low, high))
+        lower.append(low)
+        upper.append(high)
+        holds.append(math.nan if math.isinf(high) else hold_power(hold, margin))
+        detect.append(math.inf if math.isinf(low) else detectable(rise, level))
+    power = float(np.prod(holds))
+    verdict = str(decide(lower, upper, margin, power))
+    bound_values = sorted({v for lo, hi in ends.values() for v in
+                           [*lo[hi == math.inf], *hi[lo == 0]]})
     return {"label": group, "view": view,
-            "levels": ", ".join(setting.words(r) for r in sorted(at)),
-            "margin": margin, "n": [len(at[r]) for r in sorted(at)],
-            "mean": float(np.mean(base)) if len(base) else math.nan,
-            "differences": differences, "verdict": str(decide(lower, upper, margin)),
-            "decided_at": highest,
+            "levels": ", ".join(setting.words(r) for r in sorted(ends)),
+            "margin": margin, "n": [len(ends[r][0]) for r in sorted(ends)],
+            "base": censored.median(base_lo, base_hi).words(".3g"),
+            "differences": differences, "verdict": verdict,
+            "decided_at": float(np.max(upper)),  # NaN when a level has no interval
+            "power": power, "detectable": float(np.max(detect)),
+            "bounded_at": (f"{bound_values[0]:.4g}" if len(bound_values) == 1 else
+                           f"{bound_values[0]:.4g} to {bound_values[-1]:.4g}")
+            if verdict == VERDICTS[3] and bound_values else "",
             "bounds": {o: int((part[f"outcome{s}"] == o).sum()) for o in BOUNDS
                        if (part[f"outcome{s}"] == o).any()}, "values": len(part)}
+
+
+def common_probes(runs: pd.DataFrame, setting: Setting) -> pd.DataFrame:
+    """The paired test's runs: those of ``runs`` whose label names a level of ``setting``, each
+    configuration (less the setting) and seed at the n_keys probed at every level it ran."""
+    level = runs["label"].map(setting.level)
+    mine = runs[level.notna()].assign(group=runs["label"].map(setting.without),
+                                      level=level[level.notna()])
+    levels = mine.groupby(["group", "seed"])["level"].transform("nunique")
+    count = mine.groupby(["group", "seed", "n_keys"])["level"].transform("nunique")
+    return runs.loc[mine.index[count == levels]]
+
+
+def seeds_for(setting: Setting, runs: pd.DataFrame, seeds: pd.DataFrame, threshold: float,
+              accuracy_threshold: float) -> pd.DataFrame:
+    """The seed table ``setting``'s test reads: ``seeds`` for an unpaired test, the failure
+    points over ``common_probes`` for the paired one."""
+    if setting.test != "paired" or "label" not in runs:
+        return seeds
+    return seed_table(common_probes(runs, setting), threshold, accuracy_threshold)
 
 
 def _seeds_cell(n: list[int]) -> str:
     return f"{n[0]} each" if len(set(n)) == 1 else ", ".join(map(str, n))
 
 
-def section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+def verdict_words(r) -> str:
+    """A row's verdict with what it rests on: "does not move (power 62%; detects +4.1 keys at
+    80%)", "cannot tell: bounded at 264", "rises within the margin (+1.55 [0.96])"."""
+    if r.verdict in RISES:
+        _, d, low, _ = max(r.differences, key=lambda x: x[2])
+        return f"{r.verdict} ({'bounds' if pd.isna(d) else f'{d:+.3g}'} [{cell(low)}])"
+    if r.verdict == VERDICTS[3] and r.bounded_at and not np.isfinite(r.detectable):
+        return f"{r.verdict}: bounded at {r.bounded_at}"
+    power = "" if pd.isna(r.power) else f"power {r.power:.0%}; "
+    detect = (f"detects +{r.detectable:.3g} keys at {DETECT:.0%}" if np.isfinite(r.detectable)
+              else "no rise detectable over its bounds")
+    return f"{r.verdict} ({power}{detect})"
+
+
+def section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame,
+            threshold: float | None = None, accuracy_threshold: float | None = None) -> list[str]:
     """The report's sections of the optimisation test, one per setting that varies ("Learning
     rate", "Stopping rule", which also counts the ``runs`` that reached the step cap); [] without
-    configurations run at several levels of one."""
+    configurations run at several levels of one. With the thresholds, the paired test reads its
+    seeds over the common probes (``seeds_for``)."""
     out = []
     for setting in SETTINGS:
-        found = table(seeds, capacity, setting)
+        mine = seeds if threshold is None else seeds_for(setting, runs, seeds, threshold,
+                                                          accuracy_threshold)
+        found = table(mine, capacity, setting)
         if found.empty:
             continue
         published = setting.words(setting.base)
@@ -243,28 +344,31 @@ def section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame) -> 
             out += [RULE, ""]
         out += [f"### {setting.heading}", "",
                 f"{WHAT_D[setting.test]}, each level minus the published one ({published}), in "
-                "keys: d [one-sided (1 - 0.05/m) lower bound, one-sided 95% upper bound]. The "
-                "rule is above.", "",
-                f"| configuration | view | levels | seeds per level | mean at {published} | "
+                "keys: d [one-sided (1 - 0.05/m) lower bound, one-sided 95% upper bound]; "
+                "\"bounds\" where a seed is a bound (the ends then hold for every value it "
+                "allows). The rule is above.", "",
+                f"| configuration | view | levels | seeds per level | median at {published} | "
                 f"difference from {published} | margin delta (keys) | verdict | largest upper "
                 "bound: the margin it decides above (keys) | seed values that are bounds |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for r in found.itertuples():
-            diffs = "; ".join(f"{lv}: {d:+.3g} [{cell(low)}, {cell(high)}]"
+            diffs = "; ".join(f"{lv}: {'bounds' if pd.isna(d) else f'{d:+.3g}'} "
+                              f"[{cell(low)}, {cell(high)}]"
                               for lv, d, low, high in r.differences)
             bound_cell = (", ".join(f"{n} of {r.values} {o} ({BOUND_WORDS[o]})"
                                     for o, n in r.bounds.items())
-                          + ", tested as values") if r.bounds else "none"
+                          + ", as intervals") if r.bounds else "none"
             out.append(f"| {r.label} | {VIEW_WORDS[r.view]} | {r.levels} | {_seeds_cell(r.n)} | "
-                       f"{cell(r.mean)} | {diffs} | {cell(r.margin)} | {r.verdict} | "
+                       f"{r.base} | {diffs} | {cell(r.margin)} | {verdict_words(r)} | "
                        f"{cell(r.decided_at)} | {bound_cell} |")
         out.append("")
         for view in VIEWS:
             mine = found[found["view"] == view]
             counts = "; ".join(f"{v}: {int((mine['verdict'] == v).sum())}" for v in VERDICTS)
-            moved = mine.loc[mine["verdict"] == VERDICTS[0], "label"]
+            moved = mine.loc[mine["verdict"].isin(RISES), "label"]
             out.append(f"- {VIEW_WORDS[view]} view, {plural(len(mine), 'configuration')}: "
-                       f"{counts}" + (f" (moves: {', '.join(moved)})" if len(moved) else "") + ".")
+                       f"{counts}" + (f" (rises: {', '.join(moved)})" if len(moved) else "")
+                       + ".")
         if setting is STOPPING_RULE:
             out.append(cap_line(runs))
         out.append("")
@@ -321,8 +425,8 @@ def coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_dot: float = 
     verdicts are judged against the rise itself. ``test``: a name in ``TESTS``. Reported: ``covers``, the share of (study, level) whose
     two-sided 95% interval covers the true difference; ``upper``, the share whose one-sided 95%
     upper bound lies above it; ``lower``, the share whose Bonferroni lower bound lies below it
-    (nominal 1 - 0.05/m); and the share of studies with each verdict (``moves``, ``does not
-    move``, ``undecided``)."""
+    (nominal 1 - 0.05/m); and the share of studies with each verdict (VERDICTS, without the
+    power condition on "does not move") and with either rise (``rises``)."""
     rng = np.random.default_rng(seed)
     delta, m = MARGIN * d_dot, len(rises)
     rise = delta * np.concatenate([[0.0], np.asarray(rises, float)])
@@ -338,4 +442,5 @@ def coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_dot: float = 
     verdicts = decide(lower, upper, delta)
     return {"covers": float(((low95 <= truth) & (truth <= high95)).mean()),
             "upper": float((truth <= upper).mean()), "lower": float((lower <= truth).mean()),
-            **{v: float((verdicts == v).mean()) for v in VERDICTS}}
+            **{v: float((verdicts == v).mean()) for v in VERDICTS},
+            "rises": float(np.isin(verdicts, RISES).mean())}

@@ -27,13 +27,16 @@ import re
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 CSV = "published_figure2.csv"
 AUTHORS_FAVOR = {"variant": "hyperbolic", "orthogonal": True, "redraw": "every_call",
                  "input_scale": 1.0, "stabilize": False}
 UPDATE_RULES = {"cat": "sum"}  # the authors' name -> this suite's
-PUBLISHED_COLUMNS = ("published_capacity", "published_outcome", "published_verdict")
+PUBLISHED_COLUMNS = ("published_capacity", "published_outcome", "published_last_pass",
+                     "published_first_failure", "published_verdict")
 REFERENCE_COLUMNS = ("reference_capacity", "reference_outcome")
 POINT_COLUMNS = ("label", "source", "n_keys", "final_eval_loss", "steps")
 
@@ -103,20 +106,37 @@ def capacity_columns(capacity: pd.DataFrame, published_points: pd.DataFrame,
                                       for label in capacity["label"]]
     capacity["published_outcome"] = [results[label].outcome if label in results else None
                                      for label in capacity["label"]]
+    for column in ("last_pass", "first_failure"):  # the bracket of a published failure point
+        capacity[f"published_{column}"] = [getattr(results[label], column) if label in results
+                                           else math.nan for label in capacity["label"]]
     return capacity
 
 
-def verdict(published_value: float, published_outcome, seeds: pd.DataFrame, low: float,
-            high: float) -> str | None:
+PREDICTION = 0.95  # the level of the prediction interval for one new seed
+
+
+def prediction_interval(values, level: float = PREDICTION) -> tuple[float, float]:
+    """The ``level`` prediction interval for one more seed from n >= 2 seeds' failure points, on
+    the log scale where seeds spread in proportion: exp(mean ln x +- t_(n-1) s sqrt(1 + 1/n))."""
+    y = np.log(np.asarray(values, float))
+    n = len(y)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * y.std(ddof=1) * math.sqrt(1 + 1 / n))
+    return float(np.exp(y.mean() - half)), float(np.exp(y.mean() + half))
+
+
+def verdict(published_value: float, published_outcome, seeds: pd.DataFrame,
+            bracket: tuple[float, float] = (math.nan, math.nan)) -> str | None:
     """Where the authors' one run lies against this configuration's seeds, in the loss view.
 
-    The published point is one run (seed 1), so it is set against two intervals: the median's
-    order-statistic interval (``ci_low``..``ci_high``, its level in ``ci_level``) and the range of
-    the seeds, which holds one more run with probability (n - 1) / (n + 1) whatever the
-    distribution (a distribution-free prediction interval: 67% for 5 seeds). Verdicts:
-    "inside the interval", "inside the range" (outside the median's interval, inside the seeds'
-    range), "outside"; for bounds (every probe failing, or none), "same bound" when the seeds all
-    end in the published bound and "other outcome" otherwise; "one seed" with fewer than two."""
+    The published point is one run (seed 1): it is set against the interval that holds one new
+    seed of this configuration (``prediction_interval``, 95%), not the median's, and its rank
+    among the seeds is given ("ranks 2 of 6": one run and 5 seeds, 1 the lowest; a tie counts
+    half). The two designs differ: this suite's search brackets each seed's failure point
+    between probes set near d_dot, the authors' grid steps by 20 keys, so their point is known
+    only to its ``bracket`` [last pass, first fail]. Verdicts: "consistent" when that bracket
+    (the point itself without one) meets the prediction interval, "differs" when it lies
+    outside; for bounds (every probe failing, or none), "same bound" when the seeds all end in
+    the published bound and "other outcome" otherwise; "one seed" with fewer than two."""
     if published_outcome is None or (isinstance(published_outcome, float)
                                      and math.isnan(published_outcome)):
         return None
@@ -127,11 +147,14 @@ def verdict(published_value: float, published_outcome, seeds: pd.DataFrame, low:
         same = set(seeds["outcome"]) == {published_outcome} and \
             bool((seeds["value"] == published_value).all())
         return "same bound" if same else "other outcome"
-    if low <= published_value <= high:
-        return "inside the interval"
-    if seeds["value"].min() <= published_value <= seeds["value"].max():
-        return "inside the range"
-    return "outside"
+    low, high = prediction_interval(seeds["value"])
+    first, last = (published_value, published_value) if any(map(math.isnan, bracket)) \
+        else bracket
+    values = seeds["value"].to_numpy(float)
+    rank = 1 + (values < published_value).sum() + 0.5 * (values == published_value).sum()
+    word = "consistent" if first <= high and last >= low else "differs"
+    return (f"{word} (ranks {rank:g} of {len(values) + 1}; one new seed: {low:.3g} to "
+            f"{high:.3g}, {PREDICTION:.0%})")
 
 
 def verdict_column(capacity: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
@@ -139,7 +162,8 @@ def verdict_column(capacity: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
     capacity = capacity.copy()
     capacity["published_verdict"] = [
         verdict(r.published_capacity, r.published_outcome, seeds[seeds["label"] == r.label],
-                r.ci_low, r.ci_high) for r in capacity.itertuples()]
+                (r.published_last_pass, r.published_first_failure))
+        for r in capacity.itertuples()]
     return capacity
 
 

@@ -4,7 +4,8 @@ Sections: what was run (runs, steps, wall time, machine, sweep invocations), the
 rule, the capacity table in three views (loss, accuracy, keys retrieved: each with its bracket or
 interval over seeds; the rank bound; for the authors' own configurations the failure point of
 their published losses), the comparison with the paper (loss view), capacity efficiency per view
-and how far the views' rankings agree (per size, each disagreement's cause: ``rankings.py``;
+and how far the views' rankings agree (per size, tiers and each configuration's measured flags:
+``tiers.py``;
 between sizes, each family's move: ``between_sizes.py``), the update rules compared (``update_rules.py``), capacity or optimisation: the learning rates
 and stopping rules compared (``optimisation.py``), capacity against d_dot per family and view (``scaling.py``), the
 memory's sections (``sections.py``: the rank bound and the features a query reads, the feature
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo.analysis import between_sizes, factorial, optimisation, scaling, update_rules
+from kernelzoo.analysis import (between_sizes, factorial, optimisation, scaling, tiers,
+                                update_rules)
 from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
@@ -75,7 +77,7 @@ def markdown_table(capacity: pd.DataFrame) -> list[str]:
     head = ["configuration", "d_dot", "seeds (interval level)", "loss view",
             *(["reference (loss)"] if ref else []), *(["published (loss)"] if extra else []),
             "rank bound", "accuracy view", "keys retrieved", "ratio loss / acc / keys",
-            *(["stalled runs (cleared)", "loss view, verified stalls set aside"] if checked
+            *(["stalled runs (cleared)", "loss view, checked stalls replaced by their checks"] if checked
               else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in capacity.itertuples():
@@ -99,7 +101,9 @@ PUBLISHED_NOTE = (
     "2021, Figure 2, one run per point, seed 1; `src/kernelzoo/data/published_figure2.csv`, "
     "provenance in `data/README.md`), for the configurations that are theirs (Setting 1, same "
     "d_key, update rule, map and the parameters that define it: see `published.py`); – for the "
-    "others.")
+    "others. Their grid steps by 20 keys while this suite's searches bracket each seed near "
+    "d_dot, so their point is compared by its bracket [last pass, first fail] "
+    "(`published.verdict`).")
 REFERENCE_NOTE = (
     "reference: the failure point of the same configuration in the committed reference runs "
     "of this experiment (`results/reference/<experiment>/`, made by the maintainers on the "
@@ -295,15 +299,18 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     theirs = capacity[capacity["published_outcome"].notna()]
     if len(theirs):
         lines += ["", "Observed against published failure points (the same rule over the "
-                  "authors' losses; with seeds, where their one run lies: inside the median's "
-                  "interval, inside the seeds' range, or outside, `published.verdict`): "
+                  "authors' losses; with seeds, whether their one run is consistent with one new "
+                  "seed's 95% prediction interval or differs, at the resolution of their 20-key "
+                  "grid, and its rank among the seeds, `published.verdict`): "
                   + "; ".join(f"{r.label} {observed(r)} against {published(r)}"
                               + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
                                  else "") for r in theirs.itertuples()) + "."]
     family = {label: f.name for f in families for label in f.points["label"].unique()}
-    lines += ["", *efficiency_table(capacity), *between_sizes.section(capacity, family),
+    flag_rows = tiers.flags(capacity, runs, threshold, accuracy_threshold)
+    lines += ["", *efficiency_table(capacity), *tiers.section(capacity, flag_rows, level=3),
+              *between_sizes.section(capacity, family),
               *update_rules.section(capacity, runs),
-              *optimisation.section(seeds, capacity, runs),
+              *optimisation.section(seeds, capacity, runs, threshold, accuracy_threshold),
               *scaling.section(families), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),
               *stall_section(runs, capacity, checked)]

@@ -2,7 +2,8 @@
 capacity there. A stall is a diagnosis, reported per point; the headline failure points count
 every run as it ended. A stall moves a number only where its check (``stall_check=true``: the
 same run trained again with a longer stopping rule, linked by ``stall_check_of``) shows that the
-keys can be learned: the failure point with verified stalls set aside is a secondary column.
+keys can be learned: the failure point with each checked stalled run replaced by its check is a
+secondary column.
 
 Stall rule (stated again in report.md)
 --------------------------------------

@@ -1,0 +1,226 @@
+"""Rankings that the seeds can tell apart: tiers of capacity efficiency per size and view, and a
+table of what the store measured about each configuration. Pure: it reads no file.
+
+Tiers and flags
+---------------
+Within a size (``rankings.sizes``) and view, the configurations that fail at a point are
+ordered by efficiency = failure point / d_dot (the median over seeds) and cut into tiers: a
+configuration joins the current tier when its interval (the order-statistic interval over its
+seeds, ``efficiency.efficiency_order``; 75% for 3 seeds) overlaps the interval of some
+configuration already in it, else it opens the next tier. Configurations in one tier cannot be
+told apart by their intervals, so an order within a tier is no finding, and ties are ties. A
+configuration whose failure point in the view is a bound is in no tier: it is shown apart, as
+its bound.
+Beside the tiers, each configuration's measured flags (``flags``), stated, not offered as the
+cause of its place:
+- diluted read-out: at half its seeds or more, some run fails the loss view while answering
+  every key (final eval loss above tau, accuracy at the accuracy threshold or above);
+- partial retrieval: at half its seeds or more, some run retrieves more than ``PARTIAL`` x the
+  largest n_keys at which that seed passes the accuracy view (keys retrieved: n_keys x
+  accuracy);
+- bound: the views in which its failure point is a bound;
+- rank collapse and fewer features read than written (``rankings.limits``);
+- denominator near zero, learned then lost, never learned: its runs with that diagnosis
+  (``dynamics.py``), where the store's curves were read.
+Two configurations swap between two views when they are in different tiers in both, in
+opposite orders. A flag bears on a swap only in its direction (``explains``): a diluted
+read-out of the one worse in the loss view, partial retrieval of the one better in keys
+retrieved, where the other configuration has not that flag. The flags are measured on the
+runs, not on the tiers they sit beside: under random permutations of the accuracy view among a
+size's configurations they bear on at most half of the swaps (``tests/test_tiers.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, value_column
+from kernelzoo.analysis.efficiency import efficiency_order
+from kernelzoo.analysis.rankings import limits, sizes
+from kernelzoo.analysis.style import bound, natural_key
+
+PARTIAL = 1.5  # keys retrieved over the largest n_keys passing the accuracy view
+RULE = __doc__.partition("---\n")[2].strip()
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One configuration in one view at one size: its tier (None: a bound, shown apart), its
+    efficiency with its interval, and its outcome."""
+
+    label: str
+    size: int
+    view: str
+    tier: int | None
+    efficiency: float
+    low: float
+    high: float
+    outcome: str
+
+
+def tiers(capacity: pd.DataFrame) -> list[Placed]:
+    """Every configuration with a bounded d_dot placed in each view (module docstring)."""
+    found = []
+    for size, levels in sizes(capacity).items():
+        mine = capacity[capacity["predicted_capacity"].isin(levels)]
+        for view in VIEWS:
+            s = SUFFIX[view]
+            order = efficiency_order(mine, view)
+            tier, floor = 0, math.inf
+            for r in order.itertuples():
+                outcome = getattr(r, f"outcome{s}")
+                ratio = getattr(r, f"ratio{s}")
+                if outcome != "fails_at":
+                    found.append(Placed(r.label, size, view, None, ratio, math.nan, math.nan,
+                                        outcome))
+                    continue
+                low, high = r.efficiency_low, r.efficiency_high
+                if tier == 0 or high < floor:  # apart from every member of the current tier
+                    tier, floor = tier + 1, low
+                floor = min(floor, low)
+                found.append(Placed(r.label, size, view, tier, ratio, low, high, outcome))
+    return found
+
+
+def tier_table(capacity: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration with a bounded d_dot: label, size and per view its tier
+    (``tier``, ``tier_acc``, ``tier_keys``; NA: a bound or no result)."""
+    rows: dict[str, dict] = {}
+    for p in tiers(capacity):
+        row = rows.setdefault(p.label, {"label": p.label, "size": p.size})
+        row[f"tier{SUFFIX[p.view]}"] = p.tier
+    table = pd.DataFrame(list(rows.values()),
+                         columns=["label", "size", *(f"tier{SUFFIX[v]}" for v in VIEWS)])
+    for view in VIEWS:
+        table[f"tier{SUFFIX[view]}"] = table[f"tier{SUFFIX[view]}"].astype("Int64")
+    return table
+
+
+def _share(seeds_with: pd.Series, seeds: pd.Series) -> pd.Series:
+    """Per label: True when at least half its seeds are in ``seeds_with``."""
+    return seeds_with.groupby(level=0).size().reindex(seeds.index, fill_value=0) * 2 >= seeds
+
+
+def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
+          accuracy_threshold: float) -> pd.DataFrame:
+    """One row per configuration of ``capacity``: label and each flag of the module docstring
+    (diluted, partial: bool; bound: the views; limits: rankings' words; blew_up,
+    learned_then_lost, never_learned: run counts, NA where the curves were not read)."""
+    runs = runs[runs["label"].isin(capacity["label"])]
+    seeds = runs.groupby("label")["seed"].nunique()
+    ok = runs["status"] != "diverged"
+    acc = runs["final_eval_accuracy"].astype(float)
+    diluted_runs = runs[ok & (runs["final_eval_loss"] > threshold) & (acc >= accuracy_threshold)]
+    diluted = _share(diluted_runs.drop_duplicates(["label", "seed"]).set_index("label")["seed"],
+                     seeds)
+    passing = runs[ok & (acc >= accuracy_threshold)].groupby(["label", "seed"])["n_keys"].max()
+    keys = (runs["n_keys"] * acc).where(ok, 0.0).groupby([runs["label"], runs["seed"]]).max()
+    partial_seeds = keys[keys > PARTIAL * passing.reindex(keys.index).fillna(0)]
+    partial = _share(pd.Series(partial_seeds.index.get_level_values(1),
+                               index=partial_seeds.index.get_level_values(0)), seeds)
+    rows = []
+    for r in capacity.itertuples():
+        bounded = [VIEW_WORDS[v] for v in VIEWS if getattr(r, f"outcome{SUFFIX[v]}") in
+                   ("never_fails", "fails_everywhere")]
+        rows.append({"label": r.label, "diluted": bool(diluted.get(r.label, False)),
+                     "partial": bool(partial.get(r.label, False)), "bound": bounded,
+                     "limits": limits(r) if not pd.isna(r.predicted_capacity) else [],
+                     **{k: getattr(r, k, pd.NA) for k in
+                        ("blew_up", "learned_then_lost", "never_learned")}})
+    return pd.DataFrame(rows)
+
+
+def flag_words(f) -> str:
+    """A configuration's flags as one table cell ("" for none)."""
+    words = (["diluted read-out"] if f.diluted else []) + \
+        (["partial retrieval"] if f.partial else []) + \
+        ([f"bound in {', '.join(f.bound)}"] if f.bound else []) + list(f.limits)
+    for key, name in (("blew_up", "denominator near zero"),
+                      ("learned_then_lost", "learned then lost"),
+                      ("never_learned", "never learned")):
+        n = getattr(f, key)
+        if not pd.isna(n) and n:
+            words.append(f"{name} ({int(n)} run{'s' * (int(n) > 1)})")
+    return "; ".join(words)
+
+
+BEARS = {("loss", "accuracy"): ("diluted", None), ("accuracy", "keys_retrieved"): (None, "partial"),
+         ("loss", "keys_retrieved"): ("diluted", "partial")}  # (worse in the first, better in
+# the second): the flag that bears on a swap between the two views
+
+
+def explains(tier_rows: pd.DataFrame, flag_rows: pd.DataFrame) -> tuple[int, int]:
+    """(swaps a flag bears on, swaps): a swap is two configurations of one size in different
+    tiers in two views, in opposite orders; a flag bears on it in its direction (BEARS: the
+    configuration worse in the loss view has a diluted read-out, or the one better in keys
+    retrieved has partial retrieval, and the other has not)."""
+    flagged = flag_rows.set_index("label")
+    borne = swaps = 0
+    for _, rows in tier_rows.groupby("size"):
+        rows = rows.set_index("label")
+        for (a, b), (worse_a, better_b) in BEARS.items():
+            ta, tb = rows[f"tier{SUFFIX[a]}"], rows[f"tier{SUFFIX[b]}"]
+            both = rows.index[ta.notna() & tb.notna()]
+            for i, x in enumerate(both):
+                for y in both[i + 1:]:
+                    if ta[x] == ta[y] or tb[x] == tb[y] or (ta[x] < ta[y]) == (tb[x] < tb[y]):
+                        continue
+                    swaps += 1
+                    low_a, high_a = (x, y) if ta[x] > ta[y] else (y, x)  # worse in a
+                    borne += any(flagged.loc[low_a, f] and not flagged.loc[high_a, f]
+                                 for f in (worse_a, better_b) if f)
+    return borne, swaps
+
+
+def _bound(r, view: str) -> str:
+    """A capacity row's failure point in ``view`` as ``style.bound`` writes it."""
+    return bound(getattr(r, value_column(view)), getattr(r, f"outcome{SUFFIX[view]}"))
+
+
+def _headline_key(p: Placed | None) -> tuple:
+    """Rows in accuracy-view order: by tier, then efficiency; bounds and the rest after."""
+    if p is None:
+        return (2, 0.0)
+    return (0, p.tier, -p.efficiency) if p.tier is not None else (1, -p.efficiency)
+
+
+def section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None, level: int = 2) -> list[str]:
+    """The report's tiers per size, one column per view (tier and efficiency, or the bound),
+    and each configuration's flags (none without ``flag_rows``)."""
+    placed = tiers(capacity)
+    if not placed:
+        return []
+    by = {(p.label, p.view): p for p in placed}
+    flagged = {} if flag_rows is None else {f.label: flag_words(f)
+                                            for f in flag_rows.itertuples()}
+    lines = ["#" * level + " Tiers per view", "", *([RULE, ""] if level == 2 else [])]
+    for size in sorted({p.size for p in placed}):
+        labels = sorted({p.label for p in placed if p.size == size}, key=natural_key)
+        if len(labels) < 2:
+            continue
+        labels.sort(key=lambda x: _headline_key(by.get((x, "accuracy"))))
+        lines += ["#" * (level + 1) + f" d_dot {size}", "",
+                  "| configuration | " + " | ".join(f"{VIEW_WORDS[v]}: tier, efficiency"
+                                                   for v in VIEWS) + " | measured flags |",
+                  "|---|" + "---|" * (len(VIEWS) + 1)]
+        for label in labels:
+            cells = []
+            for view in VIEWS:
+                p = by.get((label, view))
+                if p is None:
+                    cells.append("–")
+                elif p.tier is None:
+                    sign = ">=" if p.outcome == "never_fails" else "<="
+                    cells.append(f"bound: {sign} {p.efficiency:.2f}")
+                else:
+                    cells.append(f"{p.tier}: {p.efficiency:.2f} [{p.low:.2f}, {p.high:.2f}]")
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {flagged.get(label, '')} |")
+        unbounded = capacity[capacity["predicted_capacity"].isna()
+                             & capacity["d_key"].isin(sizes(capacity)[size])]
+        lines += [""] + [f"Reference, no d_dot: {r.label}, failure point " + "; ".join(
+            f"{VIEW_WORDS[v]} {_bound(r, v)}" for v in VIEWS) + "." for r in unbounded.itertuples()]
+        lines += [""] if len(unbounded) else []
+    return lines
