@@ -6,7 +6,9 @@ as one (`python -m kernelzoo.merge`).
 Nothing is overwritten: a run both stores hold must have the same summary, and a series both
 hold must have one record's probes begin the other's (a search continued from the same probes);
 anything else is a conflict, reported before anything is written. A run without its summary (an
-interrupted one) stays behind. Each run directory arrives whole (copied beside, then renamed);
+interrupted one) stays behind. Each run directory arrives whole (copied beside, then renamed;
+removed again when the copy fails) and holds only directories and regular files: a link, a
+FIFO or a device in a source run is refused, naming it, before anything is copied.
 ``search.json`` and ``sweep.json`` are written whole; a merge that is interrupted and run again
 finishes the job and copies nothing twice. The store follows no link (``store.guard``).
 """
@@ -14,14 +16,15 @@ finishes the job and copies nothing twice. The store follows no link (``store.gu
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
 
 from kernelzoo.records import history, store
-from kernelzoo.records.files import StoreError, atomic_write_text
+from kernelzoo.records.files import StoreError, atomic_write_text, check_tree, copy_tree
+
+LEFT_BEHIND = (".claim", "checkpoint.pt")  # a run's lock, and what only a rerun would read
 
 
 @dataclass
@@ -110,12 +113,13 @@ def _merge(source: Path, target: Path) -> Merged:
     added = [i for i in sweeps[1]["invocations"] if json.dumps(i, sort_keys=True) not in known]
     done.invocations = len(added)
 
+    for rid in done.copied:  # a link, a FIFO or a device in a run: refused before any copy
+        check_tree(theirs[rid], LEFT_BEHIND)
     (target / "runs").mkdir(parents=True, exist_ok=True)
     for rid in done.copied:
         beside = store.guard(target.parent, target / "runs" / f".{rid}.merging")
         store.remove(beside)
-        shutil.copytree(theirs[rid], beside, symlinks=True,  # a link is copied as a link
-                        ignore=shutil.ignore_patterns(".claim", "checkpoint.pt"))
+        copy_tree(theirs[rid], beside, LEFT_BEHIND)
         beside.rename(target / "runs" / rid)
     if done.series:
         atomic_write_text(history.search_file(target), json.dumps({"series": search}, indent=1)
