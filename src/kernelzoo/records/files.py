@@ -97,11 +97,16 @@ def open_regular(path: Path, limit: int = TEXT_LIMIT) -> Iterator[BinaryIO]:
         yield f
 
 
+def read_bytes(path: Path, limit: int = TEXT_LIMIT) -> bytes:
+    """The bytes of the regular file ``path`` (``open_regular``)."""
+    with open_regular(path, limit) as f:
+        return f.read()
+
+
 def read_text(path: Path) -> str:
     """The text of the regular file ``path`` (``open_regular``); StoreError naming it when it
     is not UTF-8."""
-    with open_regular(path) as f:
-        data = f.read()
+    data = read_bytes(path)
     try:
         return data.decode()
     except UnicodeDecodeError as err:
