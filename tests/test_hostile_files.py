@@ -4,12 +4,17 @@ named as damaged or as the one line of the command, never waited on or expanded.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
+from synthetic import write_series
 
 from kernelzoo.analysis import published
+from kernelzoo.analysis.runs import load_runs
+from kernelzoo.records import loaders
 
 # ------------------------------------------------------------------ FIFOs in a reference store
 
@@ -51,3 +56,67 @@ def test_a_fifo_as_the_reference_table_leaves_the_reference_columns_empty(tmp_pa
     os.mkfifo(reference)
     found = published.reference_columns(capacity, reference)
     assert found["reference_capacity"].isna().all() and found["reference_outcome"].isna().all()
+
+
+# ------------------------------------------------------------------ YAML and JSON within limits
+
+def _bomb(levels: int) -> str:
+    """A billion-laughs config.yaml: each level an anchored list of nine aliases of the one
+    before, under the trainer section the analysis flattens (9^levels values)."""
+    lines = ["trainer:", "  l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+HOSTILE = {  # file, its text, what the damaged line says
+    "yaml bomb": ("config.yaml", _bomb(7), "more than 1048576 values once its aliases are "
+                                           "expanded"),
+    "a self-referring alias": ("config.yaml", "trainer: &t\n  again: *t\n",
+                               "an alias that contains itself"),
+    "deep yaml": ("config.yaml", "trainer: " + "[" * 5000 + "]" * 5000 + "\n",
+                  "nested deeper than 64 levels"),
+    "yaml nan": ("config.yaml", "trainer:\n  lr: .nan\n", "nan, not a finite number"),
+    "summary nan": ("summary.json", None, "NaN, not a finite number"),
+    "summary infinity": ("summary.json", None, "1e999 is beyond the largest finite number"),
+    "summary huge integer": ("summary.json", None, "the integer 100000000000000000000000... "
+                                                   "is beyond 64 bits"),
+    "deep json": ("summary.json", "[" * 100000 + "]" * 100000, "nested deeper than 64 levels"),
+}
+
+
+def _spoiled_summary(path: Path, case: str) -> str:
+    text = (path / "summary.json").read_text()
+    summary = json.loads(text)
+    if case == "summary nan":
+        return text.replace(f'"final_eval_loss": {json.dumps(summary["final_eval_loss"])}',
+                            '"final_eval_loss": NaN')
+    if case == "summary infinity":
+        return text.replace(f'"wall_seconds": {json.dumps(summary["wall_seconds"])}',
+                            '"wall_seconds": 1e999')
+    return text.replace(f'"seed": {summary["seed"]}', '"seed": 1' + "0" * 5000)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_a_file_beyond_the_loaders_limits_is_listed_as_damaged(tmp_path, case):
+    """A billion-laughs config.yaml made the analysis and the stall-check sweep (both read the
+    store through load_runs) hang with memory growing; NaN and Infinity in a summary were
+    data. Each is now the file's damaged line, and the other runs are analysed."""
+    name, text, words = HOSTILE[case]
+    bad, *fine = write_series(tmp_path / "exp", {10: 1e-4, 20: 1e-4, 30: 0.5})
+    (bad / name).write_text(text if text is not None else _spoiled_summary(bad, case))
+    runs, missing, damaged = load_runs(tmp_path / "exp")
+    assert sorted(runs["run_dir"]) == sorted(p.name for p in fine) and not missing
+    what = "config" if name == "config.yaml" else "summary"
+    assert damaged == [f"{bad / name}: not a readable {what} ({words})"]
+
+
+def test_the_loaders_keep_what_the_store_writes():
+    assert loaders.load_yaml("trainer:\n  lr: 0.001\n  max_steps: 9223372036854775807\n"
+                             "seeds: &s [1, 2]\nagain: *s\n") == {
+        "trainer": {"lr": 0.001, "max_steps": 2 ** 63 - 1}, "seeds": [1, 2], "again": [1, 2]}
+    assert loaders.load_json('{"loss": "inf", "n": -12, "x": 1.5e-300, "none": null}') == {
+        "loss": "inf", "n": -12, "x": 1.5e-300, "none": None}
+    assert loaders.load_yaml("") is None
+    with pytest.raises(loaders.LimitError, match="-Infinity, not a finite number"):
+        loaders.load_json("[-Infinity]")

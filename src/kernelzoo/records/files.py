@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shutil
 import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
+
+from kernelzoo.records.loaders import load_json
 
 
 class StoreError(Exception):
@@ -114,13 +115,14 @@ def read_text(path: Path) -> str:
 
 
 def read_json(file: Path):
-    """The JSON in ``file``, None when there is no such file; StoreError naming it when damaged."""
+    """The JSON in ``file`` (``loaders.load_json``: within its limits), None when there is no
+    such file; StoreError naming it when damaged."""
     try:
-        return json.loads(read_text(file))
+        return load_json(read_text(file))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as err:
-        raise StoreError(f"{file}: not readable JSON ({err})") from None
+        raise StoreError(f"{file}: not readable JSON ({one_line(err)})") from None
 
 
 KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),

@@ -37,6 +37,7 @@ from filelock import FileLock, Timeout
 from kernelzoo.config import CONF, EXPERIMENTS, is_name
 from kernelzoo.records import summary as summary_schema
 from kernelzoo.records.files import StoreError, atomic_write_text, one_line, read_text
+from kernelzoo.records.loaders import load_json, load_yaml
 
 CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
 
@@ -196,8 +197,8 @@ def read_summary(path: Path) -> dict:
     raise StoreError naming the file and what is wrong if it is bad."""
     file = path / "summary.json" if path.is_dir() else path
     try:
-        summary = json.loads(read_text(file))
-    except (OSError, json.JSONDecodeError) as err:
+        summary = load_json(read_text(file))
+    except (OSError, ValueError) as err:
         raise StoreError(f"{file}: not a readable summary ({err})") from None
     if not isinstance(summary, dict):
         raise StoreError(f"{file}: not a readable summary (expected a JSON object)")
@@ -209,13 +210,14 @@ def read_summary(path: Path) -> dict:
 
 def read_config(path: Path) -> dict:
     """The run's ``config.yaml``; {} when it is missing; StoreError naming it when it is no
-    regular file, not UTF-8 or not a YAML mapping."""
+    regular file, not UTF-8, not a YAML mapping or beyond the limits of ``loaders.py`` (a
+    YAML bomb, deep nesting, a non-finite number)."""
     file = path / "config.yaml"
     try:
-        value = yaml.safe_load(read_text(file))
+        value = load_yaml(read_text(file))
     except FileNotFoundError:
         return {}
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, ValueError, yaml.YAMLError) as err:
         raise StoreError(f"{file}: not a readable config ({one_line(err).splitlines()[0]})") \
             from None
     if value is not None and not isinstance(value, dict):
