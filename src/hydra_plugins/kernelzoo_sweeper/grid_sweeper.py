@@ -156,7 +156,10 @@ class GridSweeper(sweeper_base()):
         self.stall_checks: dict | None = None  # stall_check=true: its counts (stall_checks.py)
         rounds = None
         try:
-            sweep_dir.mkdir(parents=True, exist_ok=True)
+            try:  # a new directory: never one planted under the name (a link) followed
+                store.make_dir(self.config.results_dir, sweep_dir)
+            except store.StoreError as err:
+                fail(str(err))
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
             if search:
                 from .search_rounds import SearchRounds

@@ -166,6 +166,32 @@ def guard(results_dir: str | Path, path: Path) -> Path:
     return Path(path)
 
 
+def make_dir(results_dir: str | Path, path: Path) -> Path:
+    """Create the directory ``path`` as new, ``guard``-ing what leads to it from ``results_dir``:
+    the sweep's own directory, whose name (time and pid) another user of a shared store can
+    foresee. Anything already there under its name, a planted link above all, is refused
+    (StoreError) rather than written into; OSError when it cannot be made. A ``path`` outside
+    ``results_dir`` (a ``hydra.sweep.dir`` of the user's choosing) may exist, but not as a
+    link."""
+    path = Path(path)
+    below = Path(os.path.abspath(path)).is_relative_to(os.path.abspath(results_dir))
+    if below:
+        guard(results_dir, path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if below:  # the parents made just now, or found: still no link among them
+        guard(results_dir, path.parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not below and path.is_dir() and not path.is_symlink():
+            return path
+        what = "a symbolic link" if path.is_symlink() else "something"
+        raise StoreError(f"{path}: {what} already there, where this sweep makes its own new "
+                         "directory; kernelzoo writes into no directory it did not make: "
+                         "remove it and run again") from None
+    return path
+
+
 def guard_experiment(results_dir: str | Path, experiment: str) -> None:
     """``guard`` of the experiment's directories: ``runs/``, ``index/`` and Hydra's ``hydra/``."""
     for part in ("runs", "index", "hydra"):

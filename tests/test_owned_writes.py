@@ -1,0 +1,59 @@
+"""The suite writes and removes only what is its own: a link planted under the name of a
+sweep's next directory redirects nothing, and the /dev/shm cleanup leaves alone what a sweep
+in another PID namespace (a container sharing /dev/shm) still uses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, run_cmd, smoke_args, snapshot
+
+from kernelzoo.records import store
+
+# ------------------------------------------------------------------ planted links in hydra/
+
+
+@pytest.mark.slow  # a dry-run sweep on the command line: ~5 s
+def test_a_link_planted_as_the_next_sweep_directory_is_refused(tmp_path, cli_env):
+    """A group member foresees the next sweep directory's name (time and pid) and plants a link
+    there: the sweep made it with exist_ok, which follows the link, and wrote multirun.yaml,
+    progress.json, its locks and the job logs where it points. The sweep stops with one line,
+    exit 2, before writing anything."""
+    results = tmp_path / "results"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work\n")
+    planted = results / "smoke" / "hydra" / "2026-12-06_23-30-00-4242"
+    planted.parent.mkdir(parents=True)
+    planted.symlink_to(victim, target_is_directory=True)
+    before = snapshot(victim)
+    res = run_cmd([PYTHON, "-m", "kernelzoo.sweep", "smoke", *smoke_args(results),
+                   "dry_run=true", f"hydra.sweep.dir={planted}"], cli_env)
+    assert res.returncode == 2 and "Traceback" not in res.output, res.explain()
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"error: {planted}: a symbolic link already there, where this sweep makes its own new "
+        "directory; kernelzoo writes into no directory it did not make: remove it and run "
+        "again"), res.explain()
+    assert snapshot(victim) == before and sorted(os.listdir(victim)) == ["thesis.tex"]
+
+
+def test_a_sweep_directory_is_made_new_or_refused(tmp_path):
+    results = tmp_path / "results"
+    made = store.make_dir(results, results / "exp" / "hydra" / "one")
+    assert made.is_dir() and not made.is_symlink()
+    with pytest.raises(store.StoreError, match="one: something already there"):
+        store.make_dir(results, made)  # a directory planted there, to plant links inside
+    outside = tmp_path / "outside"
+    (results / "exp" / "hydra").rename(outside)
+    (results / "exp" / "hydra").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(store.StoreError, match="hydra: a symbolic link in the store"):
+        store.make_dir(results, results / "exp" / "hydra" / "two")
+    assert sorted(os.listdir(outside)) == ["one"]
+    mine = tmp_path / "multirun"  # a hydra.sweep.dir of the user's own, outside the store
+    assert store.make_dir(results, mine) == store.make_dir(results, mine)
+    link = tmp_path / "linked"
+    link.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(store.StoreError, match="linked: a symbolic link already there"):
+        store.make_dir(results, link)
