@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, run_cmd, smoke_args, snapshot
 
-from kernelzoo.records import store
+from kernelzoo.records import shm, store
 
 # ------------------------------------------------------------------ planted links in hydra/
 
@@ -57,3 +57,42 @@ def test_a_sweep_directory_is_made_new_or_refused(tmp_path):
     link.symlink_to(outside, target_is_directory=True)
     with pytest.raises(store.StoreError, match="linked: a symbolic link already there"):
         store.make_dir(results, link)
+
+
+# ------------------------------------------------------------------ /dev/shm shared with another namespace
+
+def test_the_shm_cleanup_removes_only_what_a_dead_sweep_of_its_own_left(tmp_path, monkeypatch):
+    """A sweep in another PID namespace sharing /dev/shm (a container) had 8 semaphores removed
+    while it ran: "gone" was judged by /proc/<pid> in the cleaner's namespace. Only what a
+    sweep's token lists, once its lock is free (the sweep dead, however it ended), is removed."""
+    monkeypatch.delenv("JOBLIB_TEMP_FOLDER", raising=False)
+    elsewhere = 2 ** 22 + 1  # no such process here: a running sweep's pid in another namespace
+    theirs = [tmp_path / f"sem.loky-{elsewhere}-x1y2", tmp_path / f"sem.loky-{elsewhere}-z3",
+              tmp_path / f"joblib_memmapping_folder_{elsewhere}_ab12_cd34"]
+    for path in theirs:
+        path.mkdir() if "folder" in path.name else path.write_text("")
+
+    def owner_of(*names) -> shm.Owner:
+        owner = shm.Owner(tmp_path, every=3600)
+        assert os.environ["JOBLIB_TEMP_FOLDER"] == str(owner.dir)  # joblib's folders inside
+        for name in names:
+            (tmp_path / name).write_text("")
+            owner.seen[name] = shm.identity((tmp_path / name).stat())
+        owner.record()
+        return owner
+
+    running = owner_of("sem.loky-7-run1")
+    killed = owner_of("sem.loky-8-dead1", "sem.loky-8-dead2")
+    (Path(killed.dir) / "joblib_memmapping_folder_8_ab_cd").mkdir()
+    killed_dir = killed.dir
+    os.close(killed.fd)  # kill -9: the kernel frees its lock; nothing else happens
+    killed.stop.set()
+    (tmp_path / "sem.loky-8-dead2").unlink()  # gone since, and its name taken by another file
+    (tmp_path / "sem.loky-8-dead2").write_text("")
+    assert sorted(shm.clean(tmp_path)) == sorted([tmp_path / "sem.loky-8-dead1", killed_dir])
+    assert all(p.exists() for p in theirs) and (tmp_path / "sem.loky-8-dead2").exists()
+    assert (tmp_path / "sem.loky-7-run1").exists() and Path(running.dir).is_dir()
+    running_dir = running.dir
+    running.close()
+    assert not running_dir.exists()
+    assert shm.clean(tmp_path) == []

@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 
 from kernelzoo import config
 from kernelzoo.hydra_adapter import sweeper_base
-from kernelzoo.records import files, history, interrupt, progress, store, tracking
+from kernelzoo.records import files, history, interrupt, progress, shm, store, tracking
 from kernelzoo.words import plural
 
 from .packs import Point, packs
@@ -146,10 +146,11 @@ class GridSweeper(sweeper_base()):
         if self.config.logger.name == "wandb" and not self.config.dry_run:
             tracking.check_server(self.config.results_dir)
         interrupt.mark_sweep()  # its workers die with it, however it ends
-        leftovers = interrupt.clean_shm()
+        leftovers = shm.clean()
         if leftovers:
-            print(f"removed {len(leftovers)} files and folders of {interrupt.SHM} "
+            print(f"removed {len(leftovers)} files and folders of {shm.SHM} "
                   "left by killed sweeps' workers")
+        owner = shm.Owner()  # what its workers keep in /dev/shm is known as this sweep's
         sweep_dir = Path(self.config.hydra.sweep.dir)
         self.outcomes: Counter = Counter({"skipped": len(points) - len(todo)} if not search else {})
         self.first_job = 0
@@ -198,6 +199,8 @@ class GridSweeper(sweeper_base()):
                                    time.time() - start)
             print(f"error: {files.one_line(err)}", file=sys.stderr)
             sys.exit(1)
+        finally:
+            owner.close()
         wall = time.time() - start
         print(f"sweep {self.config.experiment}: a dry run, nothing trained" if self.config.dry_run
               else f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "

@@ -11,7 +11,7 @@ descendant process: the launcher's workers, their helpers), records the interrup
 128 + the signal number. Further signals are ignored while this happens. A sweep killed
 outright (SIGKILL) runs none of this: its workers, marked at their start (``die_with_sweep``),
 are killed as it dies, and the next sweep removes what they left in /dev/shm
-(``clean_shm``).
+(``shm.clean``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
-import shutil
 import signal
 import sys
 import threading
@@ -30,8 +28,6 @@ from pathlib import Path
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
                 if hasattr(signal, name))
 SWEEP_PID = "KERNELZOO_SWEEP_PID"  # the sweep's main process, in its workers' environment
-SHM = Path("/dev/shm")
-SHM_LEFTOVERS = re.compile(r"^(?:joblib_memmapping_folder_|sem\.loky-)(\d+)[_-]")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -118,25 +114,6 @@ def _started(pid: int):
     except (OSError, IndexError):
         return None
     return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def clean_shm(root: Path = SHM) -> list[Path]:
-    """Remove what a killed sweep's local workers left in ``root`` (/dev/shm): joblib's
-    memmapping folders and loky's semaphores named after a process of this user that is gone;
-    the paths removed."""
-    removed = []
-    with contextlib.suppress(OSError):
-        for entry in root.iterdir():
-            match = SHM_LEFTOVERS.match(entry.name)
-            with contextlib.suppress(OSError):
-                if match and entry.lstat().st_uid == os.getuid() and \
-                        not Path(f"/proc/{match.group(1)}").exists():
-                    if entry.is_dir() and not entry.is_symlink():
-                        shutil.rmtree(entry)
-                    else:
-                        entry.unlink()
-                    removed.append(entry)
-    return removed
 
 
 def descendants(pid: int | None = None) -> list[int]:
