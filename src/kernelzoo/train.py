@@ -255,6 +255,7 @@ def precheck(argv: list[str]) -> None:
 
 def main() -> None:
     """Console entry point (``kernelzoo-train``); also what ``kernelzoo.sweep`` starts."""
+    interrupt.survive_closed_output()
     with interrupt.handled():
         try:
             precheck(sys.argv[1:])
@@ -271,6 +272,7 @@ def _app(cfg: DictConfig) -> list[str | None]:
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     if in_sweep:
         interrupt.die_with_sweep()
+        interrupt.survive_closed_output()  # a worker's output goes to the sweep's reader too
     try:
         outcomes = run(cfg)
     except (UsageError, OSError) as err:  # e.g. a damaged summary, a full disk

@@ -27,6 +27,7 @@ import os
 import sys
 import time
 from collections import Counter
+from concurrent.futures import BrokenExecutor
 from pathlib import Path
 
 from filelock import FileLock
@@ -191,13 +192,18 @@ class GridSweeper(sweeper_base()):
                 f"{wall / 60:.1f} min ({self._totals() or 'nothing finished'}); its workers are "
                 "stopped, runs in flight have no summary and a rerun continues them from their "
                 "checkpoints, if any")) from None
-        except OSError as err:  # a full disk, a read-only store: here, or in a worker (Hydra's
-            interrupt.stop_workers()  # job directories included); the first failure is the line
-            record = {**rounds.record(), **chosen} if rounds else planned
+        except (OSError, BrokenExecutor) as err:  # a full disk, a read-only store: here, or
+            interrupt.stop_workers()  # in a worker (Hydra's job directories included); or a
+            record = {**rounds.record(), **chosen} if rounds else planned  # worker killed
+            why = [w.strip() for w in str(err).splitlines() if "exit code" in w] \
+                or str(err).splitlines()[:1] or ["no reason given"]  # loky names the signal
+            line = files.one_line(err) if isinstance(err, OSError) else (
+                f"a worker of the sweep ended by itself ({type(err).__name__}: {why[0]}); its "
+                "other workers are stopped, runs in flight have no summary and a rerun continues "
+                "them")
             with contextlib.suppress(OSError):
-                self._write_record({**record, "failed": files.one_line(err)}, start,
-                                   time.time() - start)
-            print(f"error: {files.one_line(err)}", file=sys.stderr)
+                self._write_record({**record, "failed": line}, start, time.time() - start)
+            print(f"error: {line}", file=sys.stderr)
             sys.exit(1)
         finally:
             owner.close()

@@ -1,5 +1,6 @@
 """SIGTERM, SIGINT and SIGHUP stop a run or a sweep cleanly, with one line; a sweep's workers
-die with it however it ends.
+die with it however it ends; a reader that goes away (``sweep | head -1``) costs output, never
+a run (``survive_closed_output``).
 
 ``handled()`` turns the first of these signals into ``Interrupted`` (a KeyboardInterrupt) in the
 main thread, wherever it is: in the training loop, or in a launcher waiting for its workers.
@@ -114,6 +115,46 @@ def _started(pid: int):
     except (OSError, IndexError):
         return None
     return None if fields[0] in ("Z", "X") else fields[19]
+
+
+class _Unread:
+    """A text stream whose reader may go away: a write that meets a broken pipe (``sweep |
+    head -1``) is dropped and the stream's descriptor pointed at /dev/null, so that no later
+    write, nor the flush at exit, meets it again."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _gone(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def survive_closed_output() -> None:
+    """From now on, a closed stdout or stderr costs this process its output, never a run
+    (``_Unread``)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _Unread):
+            setattr(sys, name, _Unread(stream))
 
 
 def descendants(pid: int | None = None) -> list[int]:
