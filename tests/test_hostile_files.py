@@ -120,3 +120,32 @@ def test_the_loaders_keep_what_the_store_writes():
     assert loaders.load_yaml("") is None
     with pytest.raises(loaders.LimitError, match="-Infinity, not a finite number"):
         loaders.load_json("[-Infinity]")
+
+
+# ------------------------------------------------------------------ hostile store contents
+
+def test_a_summary_with_d_dot_0_is_damaged_not_a_traceback(tmp_path):
+    """d_dot 0 divided by zero in the ratios and ended the figures with a ValueError."""
+    [zero] = write_series(tmp_path / "exp", {10: 1e-4}, d_dot=0)
+    fine = write_series(tmp_path / "exp", {10: 1e-4}, feature_map="relu")
+    runs, _, damaged = load_runs(tmp_path / "exp")
+    assert list(runs["run_dir"]) == [fine[0].name]
+    assert damaged == [f"{zero / 'summary.json'}: d_dot is 0, not an integer >= 1 or null"]
+
+
+def test_labels_and_run_directory_names_are_escaped(tmp_path):
+    """A parameter value or a run directory name holding a table's pipe, HTML or a terminal's
+    escape sequence reached report.md and the terminal raw."""
+    exp = tmp_path / "exp"
+    write_series(exp, {10: 1e-4}, params={"variant": "hyperbolic"})
+    [hostile] = write_series(exp, {10: 1e-4}, params={"variant": "positive"})
+    summary = json.loads((hostile / "summary.json").read_text())
+    summary["feature_map_params"]["variant"] = "a|b <script>\x1b[2J"
+    (hostile / "summary.json").write_text(json.dumps(summary))
+    odd = exp / "runs" / "run|<b>\x1b[31m"
+    odd.mkdir()
+    runs, missing, damaged = load_runs(exp)
+    assert sorted(runs["label"]) == ["ELU+1 a\\|b &lt;script&gt;\\x1b[2J", "ELU+1 hyperbolic"]
+    assert not missing and damaged == [
+        f"{exp / 'runs'}/run\\|&lt;b&gt;\\x1b[31m: not a run directory (a run id is letters, "
+        "digits, '-', '_' and '.'); left unread"]
