@@ -96,3 +96,35 @@ def test_the_shm_cleanup_removes_only_what_a_dead_sweep_of_its_own_left(tmp_path
     running.close()
     assert not running_dir.exists()
     assert shm.clean(tmp_path) == []
+
+
+# ------------------------------------------------------------------ where results_dir may be
+
+@pytest.mark.parametrize("where", [(".", "conf"), (".", "experiments"), ("src/kernelzoo", "conf")])
+def test_a_store_inside_the_package_is_refused(where, capsys):
+    """``results_dir=. experiment=conf`` wrote runs into the shipped config tree; a conf/ made
+    inside the package hid the shipped one from every later command."""
+    from conftest import REPO, TINY
+
+    from kernelzoo import train
+
+    results, experiment = where
+    with pytest.raises(SystemExit) as stop:
+        train.precheck([f"results_dir={REPO / results}", f"experiment={experiment}", *TINY])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"error: results_dir={REPO / results} with experiment={experiment} would write runs "
+        f"into {(REPO / results / experiment).resolve() if experiment == 'experiments' else ''}"
+    ) and "the package's own files" in err, err
+
+
+def test_a_home_directory_in_results_dir_is_expanded(monkeypatch):
+    """``results_dir='~/x'`` made a directory literally named ``~``."""
+    from kernelzoo import config
+
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert config.expand_home(["results_dir='~/x'", "+results_dir=~", 'results_dir="~/a b"',
+                               "seed=1", "results_dir=/data/~x"]) == [
+        "results_dir='/home/someone/x'", "+results_dir=/home/someone",
+        'results_dir="/home/someone/a b"', "seed=1", "results_dir=/data/~x"]

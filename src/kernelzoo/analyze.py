@@ -262,6 +262,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Console entry point: the command line is composed and checked as Hydra will run it, so
     a bad value is one line and exit code 2 before anything is read or written."""
+    sys.argv[1:] = config.expand_home(sys.argv[1:])  # before Hydra reads them too
     args = args_parser().parse_args(sys.argv[1:])
     if args.help:  # what the analysis takes and writes, not Hydra's listing of train's groups
         title, usage = __doc__.split("\n\n")[:2]

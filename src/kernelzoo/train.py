@@ -239,6 +239,7 @@ def precheck(argv: list[str]) -> None:
     try:
         cfg = config.compose(args.config_name or "config", args.overrides, args.multirun)
         config.check_chdir(cfg)
+        config.check_store_place(cfg)
         if not args.multirun:
             if cfg.stall_check and cfg.hydra.mode != RunMode.MULTIRUN:
                 raise UsageError("stall_check=true: a single run has no sweep whose stalled runs "
@@ -256,6 +257,7 @@ def precheck(argv: list[str]) -> None:
 def main() -> None:
     """Console entry point (``kernelzoo-train``); also what ``kernelzoo.sweep`` starts."""
     interrupt.survive_closed_output()
+    sys.argv[1:] = config.expand_home(sys.argv[1:])  # before Hydra reads them too
     with interrupt.handled():
         try:
             precheck(sys.argv[1:])
