@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import stat
 import subprocess
 import sys
@@ -176,3 +177,76 @@ def test_merge_copies_regular_files_only_and_leaves_no_part_behind(stores, tmp_p
     else:
         assert contents(ref) == before
     assert (outside / "secret").read_text() == "not the store's" if what == "link" else True
+
+
+def test_a_store_inside_the_other_is_refused(stores, tmp_path):
+    """Merging into a folder inside one of the source's runs recursed 73 levels deep."""
+    ref, pending = stores
+    run = next((pending / "runs").glob("dpfp*S64*"))
+    before = contents(pending)
+    for source, target in ((pending, run / "zoo"), (run / "zoo", pending)):
+        (run / "zoo" / "runs").mkdir(parents=True, exist_ok=True)
+        with pytest.raises(StoreError, match="one inside the other; valid: two separate stores"):
+            merge(source, target)
+    assert contents(pending) == before
+
+
+def test_a_run_trained_alike_in_both_stores_merges_as_one(stores):
+    """The same run trained in both stores differs in its wall_seconds alone: it was a
+    conflict although its curve was byte-identical."""
+    ref, pending = stores
+    run = next((pending / "runs").glob("dpfp*S64*"))
+    twin = ref / "runs" / run.name
+    shutil.copytree(run, twin)
+    summary = json.loads((twin / "summary.json").read_text())
+    (twin / "summary.json").write_text(json.dumps({**summary, "wall_seconds": 9.5}))
+    done = merge(pending, ref)
+    assert done.present == [run.name] and len(done.copied) == 2
+    assert json.loads((twin / "summary.json").read_text())["wall_seconds"] == 9.5  # kept
+    (twin / "curve.csv").write_text((twin / "curve.csv").read_text().replace("100,", "101,"))
+    with pytest.raises(StoreError, match=f"run {run.name}: the two stores hold different"):
+        merge(pending, ref)
+
+
+def test_a_foreign_experiments_run_is_refused(stores):
+    ref, pending = stores
+    foreign = write_series(pending.parent / "figure2", {40: 1e-4}, seed=7)[0]
+    shutil.copytree(foreign, pending / "runs" / foreign.name)
+    before = contents(ref)
+    with pytest.raises(StoreError, match=f"{foreign.name}: a run of experiment 'figure2', "
+                                         "not 'zoo'"):
+        merge(pending, ref)
+    assert contents(ref) == before
+
+
+def test_a_wrong_type_in_a_record_is_refused_before_any_copy(stores):
+    """A sweep record whose invocations cannot be ordered gave a TypeError after the runs were
+    copied; a search record nested past reason gave a RecursionError."""
+    ref, pending = stores
+    sweep = json.loads((pending / "sweep.json").read_text())
+    sweep["invocations"][0]["started"] = 20261204
+    (pending / "sweep.json").write_text(json.dumps(sweep))
+    before = contents(ref)
+    with pytest.raises(StoreError, match="invocations that cannot be ordered by their start"):
+        merge(pending, ref)
+    assert contents(ref) == before
+    (pending / "sweep.json").unlink()
+    (pending / "search.json").write_text('{"series": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(StoreError, match="search.json: not readable JSON \\(nested deeper"):
+        merge(pending, ref)
+    assert contents(ref) == before
+
+
+def test_ctrl_c_is_one_line(stores, monkeypatch, capsys):
+    from kernelzoo import merge as command
+
+    def interrupted(source, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "merge", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        command.main([str(stores[1]), str(stores[0])])
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == (
+        f"interrupted: each run and record written into {stores[0]} so far is whole; the same "
+        "command finishes the merge\n")

@@ -30,6 +30,10 @@ def main(argv=None) -> None:
     except (StoreError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print(f"interrupted: each run and record written into {args.target} so far is whole; "
+              "the same command finishes the merge", file=sys.stderr)
+        sys.exit(130)
     print(done.line(args.source, args.target))
     if done.unfinished:
         print(f"left behind (no summary.json): {', '.join(done.unfinished)}")
