@@ -28,7 +28,7 @@ from kernelzoo.maps.base import FeatureMap
 from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map, map_class,
                                     resolve_params)
 from kernelzoo.records import store, summary
-from kernelzoo.training.devices import check_memory, require, resolve_device
+from kernelzoo.training.devices import check_memory, check_width, require, resolve_device
 
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",  # how, not
                                "checkpoint_minutes", "flush_denormal")}  # what, is computed
@@ -84,6 +84,8 @@ def plan(cfg: DictConfig) -> Plan:
     fm = dict(c.feature_map)
     name = fm.pop("name", None)
     torch.manual_seed(c.seed)  # a random map draws its first projection here
+    if c.d_dot is not None:
+        check_width(name, c.d_dot, tr, device)
     try:
         if c.d_dot is not None:
             kwargs = resolve_params(name, d_key=d_key, d_dot=c.d_dot, **fm)
