@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from kernelzoo import config
 from kernelzoo.config import Config, MemoryConf, TaskConf, TrainerConf, UsageError
 from kernelzoo.maps.base import FeatureMap
-from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map, map_class,
-                                    resolve_params)
+from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map,
+                                    check_first_call, map_class, resolve_params)
 from kernelzoo.records import store, summary
 from kernelzoo.training.devices import check_memory, check_width, require, resolve_device
 
@@ -92,6 +92,7 @@ def plan(cfg: DictConfig) -> Plan:
         else:
             kwargs = {"d_key": d_key, **fm}
         phi = build_feature_map(name, **kwargs)
+        check_first_call(phi)
     except ConfigError as err:
         raise UsageError(f"feature_map={name}: {str(err).removeprefix(f'{name}: ')}") from None
     require(not (phi.is_softmax and mem.update_rule != "sum"),
