@@ -149,3 +149,42 @@ def test_labels_and_run_directory_names_are_escaped(tmp_path):
     assert not missing and damaged == [
         f"{exp / 'runs'}/run\\|&lt;b&gt;\\x1b[31m: not a run directory (a run id is letters, "
         "digits, '-', '_' and '.'); left unread"]
+
+
+# ------------------------------------------------------------------ the docs generator
+
+def test_the_docs_generator_answers_a_store_it_cannot_read_or_a_docs_it_cannot_write(
+        tmp_path, capsys, monkeypatch):
+    """An unanalysed reference store (no runs.parquet), a sweep.json without wall_seconds and a
+    read-only docs/ were tracebacks."""
+    import errno
+
+    from test_results_doc import scratch
+
+    from kernelzoo import results_doc
+
+    root = scratch(tmp_path)
+    quick = root / "results" / "reference" / "quick"
+    sweep = json.loads((quick / "sweep.json").read_text())
+    (quick / "sweep.json").write_text(json.dumps({"invocations": sweep["invocations"]}))
+    with pytest.raises(SystemExit) as done:
+        results_doc.main(["--check", "--root", str(root)])
+    assert done.value.code == 1 and capsys.readouterr().err.startswith(
+        f"error: {quick / 'sweep.json'}: not a sweep record (no total wall_seconds); valid: "
+        "analysed stores under ")
+    (quick / "runs.parquet").unlink()
+    with pytest.raises(SystemExit) as done:
+        results_doc.main(["--check", "--root", str(root)])
+    assert done.value.code == 1 and capsys.readouterr().err.startswith(
+        f"error: {quick / 'runs.parquet'}: No such file or directory; valid: analysed stores")
+
+    def read_only(path, text):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(results_doc, "document", lambda root: "# drifted\n")
+    monkeypatch.setattr(results_doc, "atomic_write_text", read_only)
+    with pytest.raises(SystemExit) as done:
+        results_doc.main(["--root", str(root)])
+    assert done.value.code == 1 and capsys.readouterr().err == (
+        f"error: {root / 'docs' / 'results.md'}: Read-only file system; valid: a writable "
+        f"{root / 'docs'}\n")

@@ -401,7 +401,11 @@ def main(argv=None) -> None:
                   " (make docs rewrites it)", file=sys.stderr)
         sys.exit(1 if drifted else 0)
     for path in drifted:
-        atomic_write_text(path, targets[path])
+        try:
+            atomic_write_text(path, targets[path])
+        except OSError as err:  # a read-only docs/: what is written so far is whole
+            print(f"error: {_problem(err)}; valid: a writable {path.parent}", file=sys.stderr)
+            sys.exit(1)
         print(f"wrote {path}")
 
 
