@@ -183,3 +183,35 @@ def test_a_sweep_piped_into_head_trains_every_run(tmp_path, cli_env):
     assert first.startswith("sweep smoke: 6 points")
     statuses = [store.read_summary(p)["status"] for p in (results / "smoke" / "runs").iterdir()]
     assert len(statuses) == 6 and statuses.count("infeasible") == 1
+
+
+STOPPED_MID_WRITE = """
+import os, signal, sys
+import pandas as pd
+_write = pd.DataFrame.to_parquet
+def to_parquet(self, f, **kwargs):  # runs.parquet half written, then SIGTERM
+    f.write(b"PAR1 half a table")
+    os.kill(os.getpid(), signal.SIGTERM)
+    return _write(self, f, **kwargs)
+pd.DataFrame.to_parquet = to_parquet
+from kernelzoo import analyze
+sys.argv = ["analyze", "experiment=exp", "results_dir=" + sys.argv[1], "logger=none"]
+analyze.main()
+"""
+
+
+@pytest.mark.slow  # one analysis on the command line: ~6 s
+def test_sigterm_during_the_analysis_leaves_no_part_of_a_file(tmp_path, cli_env):
+    """SIGTERM while the analysis wrote a file killed it with the temporary file left beside."""
+    import subprocess
+
+    from synthetic import write_series
+
+    write_series(tmp_path / "exp", {10: 1e-4, 20: 0.5})
+    res = subprocess.run([PYTHON, "-c", STOPPED_MID_WRITE, str(tmp_path)], env=cli_env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 128 + signal.SIGTERM, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "kernelzoo-analyze: stopped by SIGTERM; every output written is whole (the old file or "
+        "the new), and a rerun writes them all"]
+    assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["runs"]

@@ -41,7 +41,7 @@ from kernelzoo import config
 from kernelzoo.hydra_adapter import args_parser
 from kernelzoo.analysis import (efficiency, factorial, plots, prediction, published, rank_bound,
                                 scaling, settings, stalls)
-from kernelzoo.records import tracking
+from kernelzoo.records import interrupt, tracking
 from kernelzoo.analysis.capacity import RULE, by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.analysis.report import write_report
@@ -280,7 +280,13 @@ def main() -> None:
         if error:
             print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
             sys.exit(2)
-    _hydra_main()
+    with interrupt.handled():  # a file being written is removed, the others stay whole
+        try:
+            _hydra_main()
+        except interrupt.Interrupted as stop:
+            print(f"kernelzoo-analyze: stopped by {stop.name}; every output written is whole "
+                  "(the old file or the new), and a rerun writes them all", file=sys.stderr)
+            sys.exit(stop.exit_code)
 
 
 if __name__ == "__main__":
