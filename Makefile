@@ -7,33 +7,43 @@ ARGS ?=
 RESULTS ?= results/local
 # one results directory for every target: a results_dir=... given in ARGS wins over RESULTS
 RESULTS := $(or $(lastword $(patsubst results_dir=%,%,$(filter results_dir=%,$(ARGS)))),$(RESULTS))
-OVERRIDES = results_dir=$(RESULTS) $(filter-out results_dir=%,$(ARGS))
+# quoted for the shell: RESULTS="a dir" is one path (ARGS stay split at spaces, one override each)
+OVERRIDES = "results_dir=$(RESULTS)" $(filter-out results_dir=%,$(ARGS))
 DRY_RUN = $(filter dry_run=true,$(ARGS))
 SYNC_TIMEOUT ?= 900
 TORCH_CPU ?= torch==2.13.0
 # pytest-xdist workers of `make test`: auto (one per core), a number, or 0 (one process)
 TEST_WORKERS ?= auto
 STAMP := $(VENV)/.installed
+# two installs at once take turns at pip (flock, where there is one) instead of mixing files
+LOCKED := $(if $(shell command -v flock 2>/dev/null),flock $(VENV).lock,)
 
-.PHONY: help install sweep run plots docs test test-slow bench sync wheels clean-venv
+.PHONY: help install venv-check sweep run plots docs test test-slow bench sync wheels clean-venv
 
 help:  ## list the targets and the variables they take
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "variables: EXPERIMENT=$(EXPERIMENT) RESULTS=$(RESULTS) ARGS='<hydra overrides>' QUICK=1 (bench)"
 
-install: $(STAMP)  ## create .venv and install the project (seconds when nothing changed)
+install: venv-check $(STAMP)  ## create .venv and install the project (seconds when nothing changed)
+
+venv-check:
+	@if [ -L $(PY) ] && [ ! -e $(PY) ]; then echo "error: $(PY) links to a Python that is gone;" \
+	  "valid: make clean-venv, then make install" >&2; exit 1; fi
+	@# a stamp without the project importable (a venv made by hand, a failed install): redo it
+	@if [ -f $(STAMP) ] && ! $(PY) -c "import kernelzoo" 2>/dev/null; then rm -f $(STAMP); \
+	  echo "$(VENV) cannot import kernelzoo: installing it again"; fi
 
 $(STAMP): pyproject.toml
-	@test -x $(PY) || python3 -m venv $(VENV)
-	@$(PY) -m pip install -q --upgrade pip
+	@test -x $(PY) || $(LOCKED) python3 -m venv $(VENV)
+	@$(LOCKED) $(PY) -m pip install -q --upgrade pip
 	@# a plain `torch` requirement pulls a multi-GB CUDA build; start from the CPU wheel here
-	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_CPU)" || $(PY) -m pip install -q torch
-	$(PY) -m pip install -q -e ".[test]"
+	@$(PY) -c "import torch" 2>/dev/null || $(LOCKED) $(PY) -m pip install -q "$(TORCH_CPU)" || $(LOCKED) $(PY) -m pip install -q torch
+	$(LOCKED) $(PY) -m pip install -q -e ".[test]"
 	@touch $(STAMP)
 
 sweep: install  ## run a named sweep end to end, then its analysis: make sweep EXPERIMENT=quick
 	$(PY) -m kernelzoo.sweep $(EXPERIMENT) $(OVERRIDES)
-	$(if $(DRY_RUN),@echo "dry run: nothing was trained and there is nothing to analyse",$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS) $(filter logger=%,$(ARGS)))
+	$(if $(DRY_RUN),@echo "dry run: nothing was trained and there is nothing to analyse",$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) "results_dir=$(RESULTS)" $(filter logger=%,$(ARGS)))
 
 run: install  ## train one configuration: make run ARGS="feature_map=dpfp feature_map.nu=2 n_keys=260"
 	$(PY) -m kernelzoo.train $(OVERRIDES)

@@ -112,3 +112,31 @@ def test_threads_must_be_positive(tmp_path, cli_env):
     res = train(["trainer.threads=0", f"results_dir={tmp_path / 'r'}"], cli_env)
     assert res.returncode == 2 and "trainer.threads=0" in res.stderr
     assert not Path(tmp_path / "r").exists() or not list(Path(tmp_path / "r").rglob("*.json"))
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_takes_a_results_directory_with_a_space(cli_env):
+    """``make sweep RESULTS="a dir"`` gave Hydra two words, and an error without a hint."""
+    res = run_cmd(["make", "-n", "sweep", "RESULTS=/tmp/a dir"], cli_env)
+    assert res.returncode == 0, res.explain()
+    assert '-m kernelzoo.sweep quick "results_dir=/tmp/a dir"' in res.stdout
+    assert '-m kernelzoo.analyze experiment=quick "results_dir=/tmp/a dir"' in res.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_install_says_what_to_do_with_a_broken_venv(tmp_path, cli_env):
+    """A venv whose python links to an interpreter that is gone failed without a hint; a venv
+    with a current stamp but no kernelzoo was taken as installed."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(tmp_path / "gone" / "python3")
+    res = run_cmd(["make", "-s", "install", f"VENV={venv}"], cli_env)
+    assert res.returncode != 0 and res.stderr.splitlines()[0] == (
+        f"error: {venv}/bin/python links to a Python that is gone; valid: make clean-venv, "
+        "then make install"), res.explain()
+    (venv / "bin" / "python").unlink()
+    (venv / "bin" / "python").symlink_to(shutil.which("false"))  # runs, imports nothing
+    (venv / ".installed").touch()
+    res = run_cmd(["make", "-s", "venv-check", f"VENV={venv}"], cli_env)  # install's check
+    assert res.returncode == 0 and not (venv / ".installed").exists(), res.explain()
+    assert res.stdout == f"{venv} cannot import kernelzoo: installing it again\n"

@@ -351,20 +351,6 @@ def test_a_worker_dies_with_its_sweep_killed_outright(cli_env, depth):
             os.kill(pid, signal.SIGKILL)
 
 
-def test_the_next_sweep_cleans_what_a_killed_one_left_in_shm(tmp_path):
-    from kernelzoo.records import interrupt
-
-    dead = 2 ** 22 + 1  # above any pid_max: no such process
-    gone = [tmp_path / f"joblib_memmapping_folder_{dead}_ab12_cd34", tmp_path / f"sem.loky-{dead}-x1y2"]
-    alive = [tmp_path / f"joblib_memmapping_folder_{os.getpid()}_ab12_cd34",
-             tmp_path / f"sem.loky-{os.getpid()}-x1y2", tmp_path / f"other-{dead}"]
-    for path in gone + alive:
-        path.mkdir() if "folder" in path.name else path.write_text("")
-    (gone[0] / "array.pkl").write_text("")
-    assert sorted(interrupt.clean_shm(tmp_path)) == sorted(gone)
-    assert sorted(tmp_path.iterdir()) == sorted(alive)
-
-
 @pytest.mark.slow  # a local sweep with two workers: ~25 s
 def test_sighup_stops_a_joblib_sweep_and_is_recorded(tmp_path, cli_env, background):
     """A closed terminal or ssh session: handled as SIGTERM (one line, 129, sweep.json says
@@ -388,7 +374,7 @@ def test_sigkill_of_a_joblib_sweep_takes_its_workers_and_the_rerun_cleans_shm(
     from conftest import train as cli_train
     from test_signals import SWEEP, in_flight
 
-    from kernelzoo.records import interrupt
+    from kernelzoo.records import interrupt, shm
 
     results = tmp_path / "results"
     args = [*SWEEP, "trainer.max_steps=20000", f"results_dir={results}", "launcher=local",
@@ -402,8 +388,10 @@ def test_sigkill_of_a_joblib_sweep_takes_its_workers_and_the_rerun_cleans_shm(
     while time.monotonic() < end and any(interrupt._alive(p) for p in workers):
         time.sleep(0.1)
     assert not [p for p in workers if interrupt._alive(p)], "a worker outlived its sweep"
-    left = [p for p in interrupt.SHM.iterdir()
-            if interrupt.SHM_LEFTOVERS.match(p.name) and f"{sweep.proc.pid}" in p.name]
+    [owner] = shm.SHM.glob(f"{shm.PREFIX}{sweep.proc.pid}-*")  # the killed sweep's token
+    listed = (owner / shm.SEMAPHORES).read_text().split() if (owner / shm.SEMAPHORES).exists() \
+        else []
+    left = [owner, *(shm.SHM / name for name in listed[::2])]
     rerun = cli_train(args[:-1] + ["hydra.launcher.n_jobs=1"], cli_env)
     assert rerun.returncode == 0, rerun.explain()
     assert not [p for p in left if os.path.lexists(p)]

@@ -6,6 +6,10 @@ store as one."""
 from __future__ import annotations
 
 import json
+import os
+import resource
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -114,11 +118,135 @@ def test_the_command_says_what_it_did_and_refuses_a_link(stores, tmp_path):
     assert res.returncode == 1 and "a symbolic link in the store" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     (pending / "runs" / "elu-link").unlink()
-    run = next((pending / "runs").glob("dpfp*S64*"))
-    (outside / "secret").write_text("not the store's")
-    (run / "notes").symlink_to(outside / "secret")  # a link inside a run is copied as a link
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert (ref / "runs" / run.name / "notes").is_symlink()
     assert "3 runs copied, 0 already there, 1 unfinished left behind" in res.stdout
     assert "2 search series added or extended, 2 sweep invocations added" in res.stdout
+
+
+def _small_disk() -> None:
+    """In the merge's process: no file may grow past 1 MiB (a full disk, in effect)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+
+def _plant(path: Path, what: str, outside: Path) -> None:
+    path.unlink(missing_ok=True)
+    if what == "device":
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 5))  # /dev/zero's numbers
+        except PermissionError:
+            pytest.skip("making a device node needs CAP_MKNOD")
+    elif what == "fifo":
+        os.mkfifo(path)
+    elif what == "link":
+        (outside / "secret").write_text("not the store's")
+        path.symlink_to(outside / "secret")
+    else:  # a regular file larger than the disk has room for
+        path.write_bytes(b"0" * (2 << 20))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("what, words", [
+    ("device", "a character device, not a regular file or directory"),
+    ("fifo", "a FIFO, not a regular file or directory"),
+    ("link", "a symbolic link, not a regular file or directory"),
+    ("larger than the disk", "File too large"),
+])
+def test_merge_copies_regular_files_only_and_leaves_no_part_behind(stores, tmp_path, what,
+                                                                   words):
+    """A curve.csv that is /dev/zero was copied until the disk was full and the part left in
+    the target's staging; a FIFO gave a partial merge and a list of errors; a link was copied.
+    Each is one line naming the file, exit 1, the target as it was (a file too large for the
+    disk is copied no further than that, and its staging removed)."""
+    ref, pending = stores
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = next((pending / "runs").glob("dpfp*S128*"))
+    bad = run / "curve.csv"
+    _plant(bad, what, outside)
+    before = contents(ref)
+    res = subprocess.run([sys.executable, "-m", "kernelzoo.records.merge", str(pending), str(ref)],
+                         capture_output=True, text=True, preexec_fn=_small_disk, timeout=100)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1, (res.returncode, res.stderr)
+    assert lines[0].startswith(f"error: {bad}: " if what != "larger than the disk" else
+                               "error: ") and words in lines[0], lines
+    if what == "larger than the disk":  # the runs copied before it stay, each whole
+        assert not (ref / "runs" / run.name).exists()
+        assert not [p for p in (ref / "runs").iterdir() if p.name.startswith(".")]
+    else:
+        assert contents(ref) == before
+    assert (outside / "secret").read_text() == "not the store's" if what == "link" else True
+
+
+def test_a_store_inside_the_other_is_refused(stores, tmp_path):
+    """Merging into a folder inside one of the source's runs recursed 73 levels deep."""
+    ref, pending = stores
+    run = next((pending / "runs").glob("dpfp*S64*"))
+    before = contents(pending)
+    for source, target in ((pending, run / "zoo"), (run / "zoo", pending)):
+        (run / "zoo" / "runs").mkdir(parents=True, exist_ok=True)
+        with pytest.raises(StoreError, match="one inside the other; valid: two separate stores"):
+            merge(source, target)
+    assert contents(pending) == before
+
+
+def test_a_run_trained_alike_in_both_stores_merges_as_one(stores):
+    """The same run trained in both stores differs in its wall_seconds alone: it was a
+    conflict although its curve was byte-identical."""
+    ref, pending = stores
+    run = next((pending / "runs").glob("dpfp*S64*"))
+    twin = ref / "runs" / run.name
+    shutil.copytree(run, twin)
+    summary = json.loads((twin / "summary.json").read_text())
+    (twin / "summary.json").write_text(json.dumps({**summary, "wall_seconds": 9.5}))
+    done = merge(pending, ref)
+    assert done.present == [run.name] and len(done.copied) == 2
+    assert json.loads((twin / "summary.json").read_text())["wall_seconds"] == 9.5  # kept
+    (twin / "curve.csv").write_text((twin / "curve.csv").read_text().replace("100,", "101,"))
+    with pytest.raises(StoreError, match=f"run {run.name}: the two stores hold different"):
+        merge(pending, ref)
+
+
+def test_a_foreign_experiments_run_is_refused(stores):
+    ref, pending = stores
+    foreign = write_series(pending.parent / "figure2", {40: 1e-4}, seed=7)[0]
+    shutil.copytree(foreign, pending / "runs" / foreign.name)
+    before = contents(ref)
+    with pytest.raises(StoreError, match=f"{foreign.name}: a run of experiment 'figure2', "
+                                         "not 'zoo'"):
+        merge(pending, ref)
+    assert contents(ref) == before
+
+
+def test_a_wrong_type_in_a_record_is_refused_before_any_copy(stores):
+    """A sweep record whose invocations cannot be ordered gave a TypeError after the runs were
+    copied; a search record nested past reason gave a RecursionError."""
+    ref, pending = stores
+    sweep = json.loads((pending / "sweep.json").read_text())
+    sweep["invocations"][0]["started"] = 20261204
+    (pending / "sweep.json").write_text(json.dumps(sweep))
+    before = contents(ref)
+    with pytest.raises(StoreError, match="invocations that cannot be ordered by their start"):
+        merge(pending, ref)
+    assert contents(ref) == before
+    (pending / "sweep.json").unlink()
+    (pending / "search.json").write_text('{"series": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(StoreError, match="search.json: not readable JSON \\(nested deeper"):
+        merge(pending, ref)
+    assert contents(ref) == before
+
+
+def test_ctrl_c_is_one_line(stores, monkeypatch, capsys):
+    from kernelzoo.records import merge as command
+
+    def interrupted(source, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "merge", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        command.main([str(stores[1]), str(stores[0])])
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == (
+        f"interrupted: each run and record written into {stores[0]} so far is whole; the same "
+        "command finishes the merge\n")

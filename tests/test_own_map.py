@@ -59,3 +59,95 @@ def test_a_users_map_sweeps_without_editing_kernelzoo(tmp_path, cli_env):
     summary = json.loads(next((results / "smoke" / "runs").glob("cube-*/summary.json")).read_text())
     assert summary["feature_map"] == "cube" and summary["feature_map_params"] == {"gain": 2.0}
     assert summary["d_dot"] == summary["d_key"]
+
+
+# ------------------------------------------------------------------ the user's map checked
+
+OWN_MAPS = '''
+import torch
+from kernelzoo.maps.base import FeatureMap
+
+
+class NotANumber(FeatureMap):
+    name = "not_a_number"
+
+    def __init__(self, d_key):
+        super().__init__(d_key, d_key, {})
+
+    def forward(self, x, is_query=False):
+        return x * float("nan")
+
+
+class Narrow(FeatureMap):
+    """Declares d_dot = d_key, emits half of it."""
+    name = "narrow"
+
+    def __init__(self, d_key):
+        super().__init__(d_key, d_key, {})
+
+    def forward(self, x, is_query=False):
+        return x[..., : x.shape[-1] // 2]
+
+
+class Scaled(FeatureMap):
+    name = "scaled"
+
+    def __init__(self, d_key, scale):
+        super().__init__(d_key, d_key, {"scale": scale})
+
+    def forward(self, x, is_query=False):
+        return self.params["scale"] * x
+'''
+
+
+@pytest.fixture
+def own_maps(tmp_path, monkeypatch):
+    """The three maps above, registered as a plugin package's would be (kernelzoo's registry
+    restored afterwards); the run of one on a tiny task, in-process."""
+    from conftest import TINY
+
+    from kernelzoo import config, train
+    from kernelzoo.maps import base
+
+    (tmp_path / "ownmaps.py").write_text(OWN_MAPS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import ownmaps
+
+    monkeypatch.setattr(base, "FEATURE_MAPS", dict(base.FEATURE_MAPS))
+    from kernelzoo.maps import catalog
+
+    monkeypatch.setattr(catalog, "FEATURE_MAPS", base.FEATURE_MAPS)
+    for cls in (ownmaps.NotANumber, ownmaps.Narrow, ownmaps.Scaled):
+        base.register(cls)
+
+    def run(name: str):
+        cfg = config.compose("config", [f"results_dir={tmp_path / 'results'}", *TINY,
+                                        "trainer.max_steps=50", f"feature_map.name={name}"])
+        with config.as_job(cfg) as job:
+            return train.run(job, echo=lambda line: None)
+
+    return run
+
+
+def test_a_map_with_non_finite_features_is_recorded_diverged(own_maps):
+    """A map returning NaN ended the run in its initial diagnostics (svdvals of NaN)."""
+    ((_, summary),) = own_maps("not_a_number")
+    assert summary["status"] == "diverged" and summary["phi_rank_initial"] is None
+    assert "non-finite features" in summary["reason"]
+
+
+@pytest.mark.parametrize("name, line", [
+    ("narrow", "feature_map=narrow: its features at a first call have width 2, not the 4 it "
+               "declares (d_dot, FeatureMap.__init__); valid: a forward that returns d_dot "
+               "features per key"),
+    ("scaled", "feature_map=scaled: no value for scale, which its constructor requires; valid: "
+               "feature_map.scale=<value>"),
+])
+def test_a_map_of_another_width_or_missing_a_parameter_is_one_line(own_maps, name, line):
+    """A narrower map than it declares trained as if it had its d_dot; a constructor argument
+    without a value was a TypeError traceback."""
+    from kernelzoo.config import UsageError
+
+    with pytest.raises(UsageError) as err:
+        own_maps(name)
+    assert str(err.value) == line

@@ -130,3 +130,22 @@ def test_a_loss_only_search_in_the_store_is_continued_from_its_probes(tmp_path, 
     assert f"n_keys={wanted}" in res.stdout
     assert not DONE.findall(res.stdout)
     assert (results / "zoo" / "search.json").read_text() == before  # a dry run writes nothing
+
+
+def test_two_searches_on_one_store_keep_each_others_located_verdicts():
+    """Two searches on one store: the one whose probe the other trained ended that series
+    "lost", and as the last writer replaced the other's located verdicts with it."""
+    from hydra_plugins.kernelzoo_sweeper.search_rounds import located, merged
+
+    probes = [{"n_keys": 64, "run_id": "r64", "fails": False}]
+    found = {"outcome": "fails_at", "value": 112, "low": 96, "high": 128}
+    theirs = {"probes": probes, "verdicts": {"loss": found, "accuracy": found,
+                                             "keys_retrieved": {"outcome": "dry_run"}}}
+    lost = {"outcome": "lost", "reason": "the probe at n_keys=96 left no summary"}
+    ours = {"probes": probes, "verdicts": {"loss": lost, "accuracy": lost, "keys_retrieved": lost}}
+    assert (located(theirs), located(ours), located(None)) == (2, 0, 0)
+    stored = {"elu-1": theirs, "other": {"probes": []}}
+    assert merged(stored, {"elu-1": ours, "dpfp-1": ours}) == {
+        "elu-1": theirs, "other": {"probes": []}, "dpfp-1": ours}
+    better = {**theirs, "verdicts": {**theirs["verdicts"], "keys_retrieved": found}}
+    assert merged(stored, {"elu-1": better})["elu-1"] == better

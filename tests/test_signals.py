@@ -118,3 +118,100 @@ def test_sigterm_stops_a_submitit_sweep(tmp_path, cli_env, background):
     """launcher=submitit_local: submitit's tasks let SIGTERM pass, so they are killed. (~30 s.)"""
     interrupt_then_rerun(tmp_path, cli_env, background, ["launcher=submitit_local"],
                          signal.SIGTERM, to_group=False)
+
+
+@pytest.mark.slow  # a joblib sweep with two workers: ~30 s
+def test_sigterm_to_one_joblib_worker_is_one_line_and_recorded(tmp_path, cli_env, background):
+    """A worker ended by a signal (SIGTERM, the OOM killer's SIGKILL) ended the sweep with a
+    traceback and nothing in sweep.json; now its one line names it, exit code 1, the other
+    worker is stopped and sweep.json records the failure."""
+    results = tmp_path / "results"
+    sweep = background([PYTHON, "-m", "kernelzoo.train", *SWEEP, "trainer.max_steps=20000",
+                        f"results_dir={results}", "launcher=local", "hydra.launcher.n_jobs=2"],
+                       cli_env, "sweep")
+    assert sweep.wait_for(lambda b: len(in_flight(results)) >= 2, timeout=300), sweep.stderr
+    workers = [p for p in interrupt.descendants(sweep.proc.pid)
+               if not interrupt._ignores(p, signal.SIGTERM)]  # not loky's resource tracker
+    os.kill(workers[-1], signal.SIGTERM)
+    assert sweep.wait(timeout=60) == 1, sweep.stderr
+    lines = [line for line in sweep.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in sweep.stderr and lines[-1].startswith(
+        "error: a worker of the sweep ended by itself (TerminatedWorkerError: ") and \
+        "SIGTERM" in lines[-1], sweep.stderr
+    last = json_file(results / "sig" / "sweep.json")["invocations"][-1]
+    assert last["failed"] == lines[-1].removeprefix("error: ")
+    assert not _group_alive(sweep.pgid) or sweep.wait_for(
+        lambda b: not _group_alive(b.pgid), timeout=10), "a worker outlived its sweep"
+
+
+def test_a_closed_stdout_costs_output_not_a_run(monkeypatch):
+    """``sweep | head -1``: the reader gone, a write met a broken pipe and the run writing it
+    failed. Now the write is dropped and the descriptor points at /dev/null from then on."""
+    import io
+
+    read, write = os.pipe()
+    os.close(read)  # the reader (head -1) is gone
+    stream = io.TextIOWrapper(io.FileIO(write, "w"), line_buffering=True)
+    monkeypatch.setattr("sys.stdout", stream)
+    interrupt.survive_closed_output()
+    interrupt.survive_closed_output()  # once is enough: not wrapped twice
+    import sys
+
+    assert sys.stdout._stream is stream
+    print("done elu-S3: converged after 10 steps")  # BrokenPipeError before
+    print("progress: 1/6 runs")
+    assert os.path.samefile(f"/proc/self/fd/{write}", os.devnull)
+    sys.stdout.flush()
+    monkeypatch.undo()
+    stream.close()
+
+
+@pytest.mark.slow  # the smoke sweep: ~15 s
+def test_a_sweep_piped_into_head_trains_every_run(tmp_path, cli_env):
+    import subprocess
+
+    from conftest import smoke_args
+
+    results = tmp_path / "results"
+    proc = subprocess.Popen([PYTHON, "-m", "kernelzoo.sweep", "smoke", *smoke_args(results)],
+                            env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # head -1
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0 and "Traceback" not in err, err
+    assert first.startswith("sweep smoke: 6 points")
+    statuses = [store.read_summary(p)["status"] for p in (results / "smoke" / "runs").iterdir()]
+    assert len(statuses) == 6 and statuses.count("infeasible") == 1
+
+
+STOPPED_MID_WRITE = """
+import os, signal, sys
+import pandas as pd
+_write = pd.DataFrame.to_parquet
+def to_parquet(self, f, **kwargs):  # runs.parquet half written, then SIGTERM
+    f.write(b"PAR1 half a table")
+    os.kill(os.getpid(), signal.SIGTERM)
+    return _write(self, f, **kwargs)
+pd.DataFrame.to_parquet = to_parquet
+from kernelzoo import analyze
+sys.argv = ["analyze", "experiment=exp", "results_dir=" + sys.argv[1], "logger=none"]
+analyze.main()
+"""
+
+
+@pytest.mark.slow  # one analysis on the command line: ~6 s
+def test_sigterm_during_the_analysis_leaves_no_part_of_a_file(tmp_path, cli_env):
+    """SIGTERM while the analysis wrote a file killed it with the temporary file left beside."""
+    import subprocess
+
+    from synthetic import write_series
+
+    write_series(tmp_path / "exp", {10: 1e-4, 20: 0.5})
+    res = subprocess.run([PYTHON, "-c", STOPPED_MID_WRITE, str(tmp_path)], env=cli_env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 128 + signal.SIGTERM, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "kernelzoo-analyze: stopped by SIGTERM; every output written is whole (the old file or "
+        "the new), and a rerun writes them all"]
+    assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["runs"]

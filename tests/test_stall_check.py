@@ -151,10 +151,12 @@ def test_plan_checks_each_stalled_run_of_the_sweep_once(tmp_path):
     # at a threshold where nothing of the configuration passes there is no stall
     assert stall_checks.plan(exp, points, threshold=0.0001).record()["stalled"] == 0
     # a stalled run without its stopping rule in config.yaml is named, not checked
-    (exp / "runs" / stalled / "config.yaml").write_text("n_keys: 40\n")
-    found = stall_checks.plan(exp, points, threshold=0.01)
-    assert not found.checks and found.unchecked == [
-        f"{stalled}: its config.yaml gives no trainer.patience and trainer.max_steps"]
+    for config in ("n_keys: 40\n", TRAINER.replace("patience: 10", "patience: -10")):
+        (exp / "runs" / stalled / "config.yaml").write_text(config)  # a negative patience
+        found = stall_checks.plan(exp, points, threshold=0.01)  # ended the sweep, unrecorded
+        assert not found.checks and found.unchecked == [
+            f"{stalled}: its config.yaml gives no trainer.patience and trainer.max_steps "
+            "(integers >= 1)"]
 
 
 def test_a_store_without_an_index_gets_the_checks_of_its_search(tmp_path, monkeypatch, capsys):

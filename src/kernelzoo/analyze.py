@@ -43,7 +43,7 @@ from kernelzoo import config
 from kernelzoo.config.hydra_internals import args_parser
 from kernelzoo.analysis import (dynamics, efficiency, factorial, plots, prediction, published,
                                 rank_bound, scaling, settings, stalls)
-from kernelzoo.records import tracking
+from kernelzoo.records import interrupt, tracking
 from kernelzoo.analysis.capacity import RULE, by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.analysis.report import write_report
@@ -276,6 +276,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Console entry point: the command line is composed and checked as Hydra will run it, so
     a bad value is one line and exit code 2 before anything is read or written."""
+    sys.argv[1:] = config.expand_home(sys.argv[1:])  # before Hydra reads them too
     args = args_parser().parse_args(sys.argv[1:])
     if args.help:  # what the analysis takes and writes, not Hydra's listing of train's groups
         title, usage = __doc__.split("\n\n")[:2]
@@ -293,7 +294,13 @@ def main() -> None:
         if error:
             print(f"kernelzoo-analyze: error: {error}", file=sys.stderr)
             sys.exit(2)
-    _hydra_main()
+    with interrupt.handled():  # a file being written is removed, the others stay whole
+        try:
+            _hydra_main()
+        except interrupt.Interrupted as stop:
+            print(f"kernelzoo-analyze: stopped by {stop.name}; every output written is whole "
+                  "(the old file or the new), and a rerun writes them all", file=sys.stderr)
+            sys.exit(stop.exit_code)
 
 
 if __name__ == "__main__":

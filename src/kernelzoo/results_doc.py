@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
+import io
 import sys
 from pathlib import Path
 
@@ -30,7 +30,8 @@ from kernelzoo.analysis import (between_sizes, censored, dynamics, factorial, op
                                 power, prediction, rankings, scaling, tiers)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
-from kernelzoo.records.files import atomic_write_text
+from kernelzoo.records.files import StoreError, atomic_write_text, read_bytes, read_text
+from kernelzoo.records.history import read_sweep
 from kernelzoo.analysis.rankings import view_rhos
 from kernelzoo.analysis.report import observed, published
 from kernelzoo.analysis.style import bound, cell
@@ -40,6 +41,16 @@ STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo"
            "favor_diagnosis", "lr_robustness", "lr_patience")
 REPEATS = {"lr_patience": "lr_robustness"}  # a store whose runs repeat another's: pooled once
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def _csv(path: Path) -> pd.DataFrame:
+    """A store's table, read as every store file is (``files.read_text``: a FIFO or a device is
+    named, never waited on)."""
+    return pd.read_csv(io.StringIO(read_text(path)))
+
+
+def _parquet(path: Path) -> pd.DataFrame:
+    return pd.read_parquet(io.BytesIO(read_bytes(path)))
 
 
 def _header(experiment: str, root: Path) -> str:
@@ -54,16 +65,15 @@ def _header(experiment: str, root: Path) -> str:
 def cost(store: Path) -> str:
     """"<runs> runs, <steps> training steps, <time> of run time; sweep wall clock <minutes> min
     over <n> invocations on <machines>", from the store's runs.parquet and sweep.json."""
-    runs = pd.read_parquet(store / "runs.parquet")
+    runs = _parquet(store / "runs.parquet")
     if "stall_check_of" in runs:
         runs = runs[runs["stall_check_of"].isna()]
     seconds = runs["wall_seconds"].sum()
     time = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
     words = (f"{len(runs)} runs, {int(runs['steps'].fillna(0).sum()):,} training steps, "
              f"{time} of run time")
-    sweep = store / "sweep.json"
-    if sweep.exists():
-        history = json.loads(sweep.read_text())
+    history = read_sweep(store)  # StoreError naming it when it is no sweep record
+    if history is not None:
         machines = sorted({i.get("machine", "?") for i in history.get("invocations", [])})
         n = len(history.get("invocations", []))
         words += (f"; sweep wall clock {float(history['wall_seconds']) / 60:.1f} min over {n} "
@@ -102,10 +112,10 @@ def optimisation_tables(store: Path) -> dict:
 @functools.lru_cache(maxsize=32)
 def _optimisation_tables(store: str, stamp: tuple) -> dict:
     store = Path(store)
-    table = pd.read_csv(store / "capacity.csv")
+    table = _csv(store / "capacity.csv")
     if not any(s.level(label) for s in optimisation.SETTINGS for label in table["label"]):
         return {}
-    runs = pd.read_parquet(store / "runs.parquet")
+    runs = _parquet(store / "runs.parquet")
     if "stall_check_of" in runs:
         runs = runs[runs["stall_check_of"].isna()]
     defaults = AnalyzeConfig()
@@ -150,7 +160,7 @@ def section(experiment: str, root: Path) -> list[str]:
     store = root / "results" / "reference" / experiment
     if not (store / "capacity.csv").exists():
         return []
-    table = pd.read_csv(store / "capacity.csv")
+    table = _csv(store / "capacity.csv")
     lines = [f"## `{experiment}`", "", _header(experiment, root), "",
              f"Cost: {cost(store)}. Report: `results/reference/{experiment}/report.md`.", "",
              *capacity_lines(table), ""]
@@ -165,7 +175,7 @@ def section(experiment: str, root: Path) -> list[str]:
     rho = agreement(table)
     lines += [rho, ""] if rho else []
     lines += optimisation_verdicts(store)
-    laws = pd.read_csv(store / "scaling.csv") if (store / "scaling.csv").exists() else None
+    laws = _csv(store / "scaling.csv") if (store / "scaling.csv").exists() else None
     if laws is not None and not laws.empty and laws["d_dot"].groupby(laws["family"]).nunique().max() >= 2:
         lines += ["The d_dot law per view:", ""]
         lines += [f"- {scaling.sentence(group)}"
@@ -175,14 +185,14 @@ def section(experiment: str, root: Path) -> list[str]:
     lines += tiers.section(table, flags(store, table), level=3)
     lines += between_sizes.section(table, families(store), level=3)
     if (store / "factorial.csv").exists():
-        lines += factorial.summary(pd.read_csv(store / "factorial.csv"),
+        lines += factorial.summary(_csv(store / "factorial.csv"),
                                    simple_effects(store, table))
     return lines
 
 
 def simple_effects(store: Path, table: pd.DataFrame) -> list:
     """``factorial.simple_table`` of the store, on its runs at the analysis' defaults."""
-    runs = pd.read_parquet(store / "runs.parquet")
+    runs = _parquet(store / "runs.parquet")
     if "stall_check_of" in runs:
         runs = runs[runs["stall_check_of"].isna()]
     defaults = AnalyzeConfig()
@@ -192,7 +202,7 @@ def simple_effects(store: Path, table: pd.DataFrame) -> list:
 
 def flags(store: Path, table: pd.DataFrame) -> pd.DataFrame:
     """``tiers.flags`` of the store's configurations, on its runs at the analysis' defaults."""
-    runs = pd.read_parquet(store / "runs.parquet")
+    runs = _parquet(store / "runs.parquet")
     if "stall_check_of" in runs:
         runs = runs[runs["stall_check_of"].isna()]
     defaults = AnalyzeConfig()
@@ -203,7 +213,7 @@ def families(store: Path) -> dict[str, str]:
     """Configuration label -> its scaling family's name, from the store's scaling.csv ({} where
     it has none)."""
     path = store / "scaling.csv"
-    laws = pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+    laws = _csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
     return {label: r.family for r in laws.itertuples()
             for label in str(r.configurations).split("; ")} if len(laws) else {}
 
@@ -285,11 +295,11 @@ def _favor_summary(store: Path) -> list[str]:
     (all three fixes) and what the d_dot law test says of it."""
     if not (store / "factorial.csv").exists():
         return []
-    effects = pd.read_csv(store / "factorial.csv")
+    effects = _csv(store / "factorial.csv")
     main = effects[(effects["view"] == "loss") & (effects["order"] == 1)]
-    laws = pd.read_csv(store / "scaling.csv")
+    laws = _csv(store / "scaling.csv")
     law = laws[laws["view"] == "loss"].sort_values("n_d_dot", kind="stable").iloc[-1]
-    capacity = pd.read_csv(store / "capacity.csv")
+    capacity = _csv(store / "capacity.csv")
     simple = [e for e in simple_effects(store, capacity) if e.view == "loss"]
     interacting = {e.factor for e in simple}
     family = capacity[capacity["label"].map(families(store)) == law["family"]]
@@ -307,14 +317,14 @@ def _favor_summary(store: Path) -> list[str]:
 def summary(root: Path = ROOT) -> list[str]:
     """README's short summary: per study, its headline numbers."""
     lines = [START]
-    fig2 = pd.read_csv(root / "results" / "reference" / "figure2" / "capacity.csv")
+    fig2 = _csv(root / "results" / "reference" / "figure2" / "capacity.csv")
     theirs = fig2[fig2["published_outcome"].notna()]
     lines.append("- `figure2` (one seed, the loss view against the authors' losses): "
                  + "; ".join(f"{r.label} {bound(r.observed_capacity, r.outcome)} "
                              f"(published {published(r)})" for r in theirs.itertuples()) + ".")
     search = root / "results" / "reference" / "figure2_search" / "capacity.csv"
     if search.exists():
-        fig2s = pd.read_csv(search)
+        fig2s = _csv(search)
         theirs = fig2s[fig2s["published_outcome"].notna() & (fig2s["n_seeds"] >= 2)]
         if len(theirs):
             lines.append(
@@ -322,7 +332,7 @@ def summary(root: Path = ROOT) -> list[str]:
                 "median [interval] against the authors' one run, and where it lies): "
                 + "; ".join(f"{r.label} {observed(r)} against {published(r)}: "
                             f"{r.published_verdict}" for r in theirs.itertuples()) + ".")
-    zoo = pd.read_csv(root / "results" / "reference" / "zoo" / "capacity.csv")
+    zoo = _csv(root / "results" / "reference" / "zoo" / "capacity.csv")
     placed = tiers.tiers(zoo)
     for size, levels in rankings.sizes(zoo).items():
         mine = zoo[zoo["predicted_capacity"].isin(levels)]
@@ -360,7 +370,7 @@ def summary(root: Path = ROOT) -> list[str]:
                          + "; does not move in every view: " + (", ".join(held) or "none")
                          + f"; {len(verdicts) - len(rises) - len(held)} of {len(verdicts)} "
                          "configurations cannot tell in some view.")
-    dot = pd.read_csv(root / "results" / "reference" / "dot_scaling" / "scaling.csv")
+    dot = _csv(root / "results" / "reference" / "dot_scaling" / "scaling.csv")
     laws = dot.drop_duplicates(["family", "view"])
     laws = laws[laws["view"].isin(["loss", "accuracy"]) & laws["b"].notna()]
     lines.append("- `dot_scaling` (5 seeds, d_dot 16-256), n* = a d_dot^b per family and view: "
@@ -380,6 +390,15 @@ def readme(text: str, root: Path = ROOT) -> str:
     return head + "\n".join(summary(root)) + tail if end else text
 
 
+def _problem(err: Exception) -> str:
+    """One line for what kept a store from being read."""
+    if isinstance(err, StoreError):
+        return str(err)
+    if isinstance(err, OSError):
+        return f"{err.filename}: {err.strerror}" if err.filename else str(err)
+    return f"a store's table is not as analysed ({type(err).__name__}: {err})"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kernelzoo.results_doc",
                                      description=__doc__.split("\n\n")[0])
@@ -387,9 +406,16 @@ def main(argv=None) -> None:
                         help="exit 1 when docs/results.md or README's summary has drifted")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    targets = {args.root / "docs" / "results.md": document(args.root),
-               args.root / "docs" / "analysis.md": analysis_document(),
-               args.root / "README.md": readme((args.root / "README.md").read_text(), args.root)}
+    try:
+        targets = {args.root / "docs" / "results.md": document(args.root),
+                   args.root / "docs" / "analysis.md": analysis_document(),
+                   args.root / "README.md": readme(read_text(args.root / "README.md"),
+                                                   args.root)}
+    except (StoreError, OSError, ValueError, KeyError) as err:  # a store that cannot be read
+        print(f"error: {_problem(err)}; valid: analysed stores under "
+              f"{args.root / 'results' / 'reference'} (make plots EXPERIMENT=<name> "
+              "RESULTS=results/reference)", file=sys.stderr)
+        sys.exit(1)
     drifted = [path for path, text in targets.items()
                if not path.exists() or path.read_text() != text]
     if args.check:
@@ -398,7 +424,11 @@ def main(argv=None) -> None:
                   " (make docs rewrites it)", file=sys.stderr)
         sys.exit(1 if drifted else 0)
     for path in drifted:
-        atomic_write_text(path, targets[path])
+        try:
+            atomic_write_text(path, targets[path])
+        except OSError as err:  # a read-only docs/: what is written so far is whole
+            print(f"error: {_problem(err)}; valid: a writable {path.parent}", file=sys.stderr)
+            sys.exit(1)
         print(f"wrote {path}")
 
 

@@ -239,6 +239,7 @@ def precheck(argv: list[str]) -> None:
     try:
         cfg = config.compose(args.config_name or "config", args.overrides, args.multirun)
         config.check_chdir(cfg)
+        config.check_store_place(cfg)
         if not args.multirun:
             if cfg.stall_check and cfg.hydra.mode != RunMode.MULTIRUN:
                 raise UsageError("stall_check=true: a single run has no sweep whose stalled runs "
@@ -255,6 +256,8 @@ def precheck(argv: list[str]) -> None:
 
 def main() -> None:
     """Console entry point (``kernelzoo-train``); also what ``kernelzoo.sweep`` starts."""
+    interrupt.survive_closed_output()
+    sys.argv[1:] = config.expand_home(sys.argv[1:])  # before Hydra reads them too
     with interrupt.handled():
         try:
             precheck(sys.argv[1:])
@@ -271,6 +274,7 @@ def _app(cfg: DictConfig) -> list[str | None]:
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     if in_sweep:
         interrupt.die_with_sweep()
+        interrupt.survive_closed_output()  # a worker's output goes to the sweep's reader too
     try:
         outcomes = run(cfg)
     except (UsageError, OSError) as err:  # e.g. a damaged summary, a full disk

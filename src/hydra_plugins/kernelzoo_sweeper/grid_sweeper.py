@@ -27,6 +27,7 @@ import os
 import sys
 import time
 from collections import Counter
+from concurrent.futures import BrokenExecutor
 from pathlib import Path
 
 from filelock import FileLock
@@ -37,7 +38,7 @@ from omegaconf import OmegaConf
 
 from kernelzoo import config
 from kernelzoo.config.hydra_internals import sweeper_base
-from kernelzoo.records import files, history, interrupt, progress, store, tracking
+from kernelzoo.records import files, history, interrupt, progress, shm, store, tracking
 from kernelzoo.config.words import plural
 
 from .packs import Point, packs
@@ -146,17 +147,21 @@ class GridSweeper(sweeper_base()):
         if self.config.logger.name == "wandb" and not self.config.dry_run:
             tracking.check_server(self.config.results_dir)
         interrupt.mark_sweep()  # its workers die with it, however it ends
-        leftovers = interrupt.clean_shm()
+        leftovers = shm.clean()
         if leftovers:
-            print(f"removed {len(leftovers)} files and folders of {interrupt.SHM} "
+            print(f"removed {len(leftovers)} files and folders of {shm.SHM} "
                   "left by killed sweeps' workers")
+        owner = shm.Owner()  # what its workers keep in /dev/shm is known as this sweep's
         sweep_dir = Path(self.config.hydra.sweep.dir)
         self.outcomes: Counter = Counter({"skipped": len(points) - len(todo)} if not search else {})
         self.first_job = 0
         self.stall_checks: dict | None = None  # stall_check=true: its counts (stall_checks.py)
         rounds = None
         try:
-            sweep_dir.mkdir(parents=True, exist_ok=True)
+            try:  # a new directory: never one planted under the name (a link) followed
+                store.make_dir(self.config.results_dir, sweep_dir)
+            except store.StoreError as err:
+                fail(str(err))
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
             if search:
                 from .search_rounds import SearchRounds
@@ -188,14 +193,21 @@ class GridSweeper(sweeper_base()):
                 f"{wall / 60:.1f} min ({self._totals() or 'nothing finished'}); its workers are "
                 "stopped, runs in flight have no summary and a rerun continues them from their "
                 "checkpoints, if any")) from None
-        except OSError as err:  # a full disk, a read-only store: here, or in a worker (Hydra's
-            interrupt.stop_workers()  # job directories included); the first failure is the line
-            record = {**rounds.record(), **chosen} if rounds else planned
+        except (OSError, BrokenExecutor) as err:  # a full disk, a read-only store: here, or
+            interrupt.stop_workers()  # in a worker (Hydra's job directories included); or a
+            record = {**rounds.record(), **chosen} if rounds else planned  # worker killed
+            why = [w.strip() for w in str(err).splitlines() if "exit code" in w] \
+                or str(err).splitlines()[:1] or ["no reason given"]  # loky names the signal
+            line = files.one_line(err) if isinstance(err, OSError) else (
+                f"a worker of the sweep ended by itself ({type(err).__name__}: {why[0]}); its "
+                "other workers are stopped, runs in flight have no summary and a rerun continues "
+                "them")
             with contextlib.suppress(OSError):
-                self._write_record({**record, "failed": files.one_line(err)}, start,
-                                   time.time() - start)
-            print(f"error: {files.one_line(err)}", file=sys.stderr)
+                self._write_record({**record, "failed": line}, start, time.time() - start)
+            print(f"error: {line}", file=sys.stderr)
             sys.exit(1)
+        finally:
+            owner.close()
         wall = time.time() - start
         print(f"sweep {self.config.experiment}: a dry run, nothing trained" if self.config.dry_run
               else f"sweep {self.config.experiment} finished in {wall / 60:.1f} min: "

@@ -279,5 +279,24 @@ class SearchRounds:
             except store.StoreError as err:
                 print(history.set_aside(path, err), file=sys.stderr)
                 series = {}
-            series.update({s.key: s.record() for s in all_series})
+            series = merged(series, {s.key: s.record() for s in all_series})
             files.atomic_write_text(path, json.dumps({"series": series}, indent=1) + "\n")
+
+
+STOPPED = ("lost", "dry_run", "unfinished")  # a series stopped before a view was located
+
+
+def located(record) -> int:
+    """How many views a series record has located (a verdict whose outcome is not one of
+    STOPPED: fails_at, never_fails, peaks, infeasible ...)."""
+    verdicts = record.get("verdicts") if isinstance(record, dict) else None
+    return sum(isinstance(v, dict) and v.get("outcome") not in (None, *STOPPED)
+               for v in verdicts.values()) if isinstance(verdicts, dict) else 0
+
+
+def merged(stored: dict, ours: dict) -> dict:
+    """The search record ``stored`` with this sweep's series ``ours`` written in, but where
+    another sweep on the store located more views of a series than this one did (this one's
+    probe was trained there, so it ended "lost" here): that series is kept as stored."""
+    return {**stored, **{key: record for key, record in ours.items()
+                         if located(stored.get(key)) <= located(record)}}

@@ -80,8 +80,9 @@ def check_point(point: list[str], patience: int, max_steps: int, of: str) -> lis
 
 
 def _setting(run_dir: Path, key: str) -> int | None:
-    value = store.read_config_value(run_dir, key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    value = store.read_config_value(run_dir, key)  # a check of a negative patience would
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 \
+        else None  # be a bad value, ending the whole sweep
 
 
 def plan(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Plan:
@@ -113,7 +114,7 @@ def plan(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Plan:
                                for k in ("trainer.patience", "trainer.max_steps"))
         if patience is None or max_steps is None:
             found.unchecked.append(f"{row.run_id}: its config.yaml gives no trainer.patience "
-                                   "and trainer.max_steps")
+                                   "and trainer.max_steps (integers >= 1)")
             continue
         dead = int(row.dead_keys) if not math.isnan(row.dead_keys) else 0
         point = check_point(points[row.run_id], patience, max_steps, row.run_id)

@@ -25,6 +25,7 @@ is better. ``pooled`` scores the configurations of several capacity.csv files to
 from __future__ import annotations
 
 import argparse
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, value_column
+from kernelzoo.records.files import StoreError, read_text
 
 MEASURED = {"rank_at_d_dot": "phi_rank", "effective_rank_at_d_dot": "phi_effective_rank",
             "rank_at_d_dot_initial": "phi_rank_initial",
@@ -134,8 +136,8 @@ def pooled(paths) -> tuple[Scores, list[str]]:
     tables, lines = [], []
     for path in map(Path, paths):
         try:
-            table = pd.read_csv(path)
-        except (OSError, ValueError) as err:
+            table = pd.read_csv(io.StringIO(read_text(Path(path))))
+        except (OSError, ValueError, StoreError) as err:
             lines.append(f"{path}: unreadable ({type(err).__name__}: {err})")
             continue
         if any(c not in table for c in (*COLUMNS, "observed_capacity_keys")):

@@ -21,6 +21,7 @@ the feature map and the parameters that define their map:
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -30,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from kernelzoo.records.files import StoreError, read_text
 
 CSV = "published_figure2.csv"
 AUTHORS_FAVOR = {"variant": "hyperbolic", "orthogonal": True, "redraw": "every_call",
@@ -174,10 +177,11 @@ def reference_columns(capacity: pd.DataFrame, reference: Path | None) -> pd.Data
     reference (the experiment analysed is the reference itself)."""
     capacity = capacity.copy()
     try:
-        ref = pd.read_csv(reference).set_index("label") if reference is not None else None
+        ref = pd.read_csv(io.StringIO(read_text(reference))).set_index("label") \
+            if reference is not None else None  # a FIFO or a device is never waited on
         if ref is not None:
             ref = ref[["observed_capacity", "outcome"]]
-    except (OSError, ValueError, KeyError, pd.errors.ParserError):
+    except (OSError, ValueError, KeyError, pd.errors.ParserError, StoreError):
         ref = None
     found = [ref is not None and label in ref.index for label in capacity["label"]]
     capacity["reference_capacity"] = [ref.loc[lab, "observed_capacity"] if ok else math.nan

@@ -23,6 +23,8 @@ from kernelzoo.analysis.style import (canonical_params, format_value, map_label,
 from kernelzoo.records.files import StoreError
 from kernelzoo.records.history import read_search
 from kernelzoo.records.store import config_value, read_config, read_summary
+from kernelzoo.records.summary import is_run_id
+from kernelzoo.config.words import escaped
 
 
 def number(value) -> float:
@@ -48,6 +50,9 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
     for path in sorted(p for p in (exp_dir / "runs").iterdir() if not p.name.startswith(".")):
         if path.is_symlink():  # the store follows no link (store.guard)
             damaged.append(f"{path}: a symbolic link, not a run directory; left unread")
+        elif not is_run_id(path.name):  # shown, never printed raw (words.escaped)
+            damaged.append(f"{path.parent / escaped(path.name)}: not a run directory (a run "
+                           "id is letters, digits, '-', '_' and '.'); left unread")
         elif not path.is_dir():
             damaged.append(f"{path}: not a run directory")
         elif not (path / "summary.json").exists():
@@ -116,7 +121,7 @@ def add_labels(runs: pd.DataFrame) -> pd.DataFrame:
                     v = params[k]
                     parts.append(v if isinstance(v, str) else f"{k}={format_value(v)}")
             parts += [f"{k}={row[k]}" if k in ("d_key", "lr") else str(row[k]) for k in across]
-            labels[tuple(row[k] for k in CONFIG_KEYS)] = " ".join(parts)
+            labels[tuple(row[k] for k in CONFIG_KEYS)] = escaped(" ".join(map(str, parts)))
     counts = Counter(labels.values())
     labels = {key: f"{lab} d_dot={key[3]}" if counts[lab] > 1 else lab
               for key, lab in labels.items()}

@@ -26,6 +26,7 @@ import pandas as pd
 
 from kernelzoo.records.store import config_value
 from kernelzoo.analysis.style import format_value
+from kernelzoo.config.words import escaped
 
 SETTING_SECTIONS = ("trainer", "task", "memory")
 # how a run was trained, not what: never a reason to split (NOT_IN_IDENTITY of
@@ -81,11 +82,11 @@ def split(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         if not keys:
             continue
         mine = (runs["label"] == label) & (runs["settings"] != "")
-        suffix = {s: " ".join(f"{k}={_value(json.loads(s).get(k))}" for k in keys)
+        suffix = {s: escaped(" ".join(f"{k}={_value(json.loads(s).get(k))}" for k in keys))
                   for s in runs.loc[mine, "settings"].unique()}
         runs.loc[mine, "label"] = [f"{label} {suffix[s]}" for s in runs.loc[mine, "settings"]]
         lines.append(f"{label}: trained under {len(set(suffix.values()))} settings of "
-                     f"{', '.join(keys)}; analysed as one configuration each: "
+                     f"{escaped(', '.join(keys))}; analysed as one configuration each: "
                      + "; ".join(sorted(f"{label} {v}" for v in set(suffix.values()))))
     extra = runs.sort_values("run_dir").duplicated(POINT, keep="first")
     extra = extra.reindex(runs.index)

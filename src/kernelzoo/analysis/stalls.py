@@ -26,13 +26,12 @@ stalls.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis.capacity import accuracy_failing, failing
 from kernelzoo.records.files import StoreError, one_line, read_text
+from kernelzoo.records.loaders import load_json
 from kernelzoo.records.store import read_config_value
 from kernelzoo.analysis.style import natural_key
 
@@ -75,7 +74,7 @@ def dead_key_words(run_dir) -> tuple[str, str | None]:
     (what is missing, the damaged file's line or None)."""
     path = run_dir / "diagnostics.json"
     try:
-        details = json.loads(read_text(path))
+        details = load_json(read_text(path))
         return "; ".join(
             f"key {d['key']}, " + (f"confused with {d['confused_with']}"
                                    if d["confused_with"] is not None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
+import os
 import re
 import tempfile
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -341,6 +342,30 @@ def writable(path: str | Path) -> None:
     except OSError as err:
         raise UsageError(f"cannot write {path} ({err.strerror}); valid: a writable "
                          "results_dir=...") from None
+
+
+def expand_home(overrides: list[str]) -> list[str]:
+    """The command line's overrides with a ``~`` that begins results_dir's value (quoted, as
+    Hydra's grammar asks: ``results_dir='~/x'``) expanded to the home directory, as a shell
+    would have; left as typed, it made a directory literally named ``~``."""
+    found = re.compile(r"^(\+{0,2}results_dir=)(['\"]?)(~[^/'\"]*)(.*)$")
+    return [found.sub(lambda m: m.group(1) + m.group(2) + os.path.expanduser(m.group(3))
+                      + m.group(4), o) for o in overrides]
+
+
+def check_store_place(cfg: DictConfig) -> None:
+    """UsageError when the experiment's directory under results_dir falls inside the package's
+    own config tree (``results_dir=. experiment=conf``) or the package itself: runs would be
+    written among the shipped configs and read by every later composition, or a ``conf/``
+    made in the package would hide them."""
+    where = Path(os.path.abspath(os.path.join(str(cfg.results_dir), str(cfg.experiment))))
+    package = Path(__file__).parent  # a conf/ made there would hide the shipped one
+    for tree in (CONF, EXPERIMENTS, package):  # experiments/ is linked into conf/
+        conf = Path(os.path.realpath(tree))
+        if where.is_relative_to(conf) or Path(os.path.realpath(where)).is_relative_to(conf):
+            raise UsageError(f"results_dir={cfg.results_dir} with experiment={cfg.experiment} "
+                             f"would write runs into {conf}, the package's own files; valid: "
+                             "a results_dir outside it (the default results/local)")
 
 
 def check_chdir(cfg: DictConfig) -> None:

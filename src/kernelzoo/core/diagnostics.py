@@ -123,8 +123,8 @@ def written_features(model, batch) -> torch.Tensor | None:
 
 def mean_ranks(features: torch.Tensor | None) -> tuple[float | None, float | None]:
     """Mean (rank, effective rank) over the sequences of ``written_features``; None, None for
-    softmax (None)."""
-    if features is None:
+    softmax (None) and for features that are not finite (the run is recorded diverged)."""
+    if features is None or not torch.isfinite(features).all():  # a diverging map: no rank
         return None, None
     ranks = [feature_ranks(f) for f in features]
     return sum(r for r, _ in ranks) / len(ranks), sum(e for _, e in ranks) / len(ranks)

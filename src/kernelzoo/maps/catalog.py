@@ -10,6 +10,8 @@ registers the built-in ones in the order of the registry's "valid:" lists.
 
 import inspect
 
+import torch
+
 from kernelzoo.maps import zoo
 from kernelzoo.maps.dpfp import DPFP
 from kernelzoo.maps.base import (ENTRY_POINTS, FEATURE_MAPS, ConfigError, Elu, FeatureMap, Identity,
@@ -22,8 +24,8 @@ BUILT_IN = (Softmax, Identity, Relu, Elu, Tanh, DPFP, Favor, Trig, Taylor, zoo.S
 for _cls in BUILT_IN:
     register(_cls)
 
-__all__ = ["FEATURE_MAPS", "ConfigError", "InfeasibleError", "build_feature_map", "map_class",
-           "resolve_params"]
+__all__ = ["FEATURE_MAPS", "ConfigError", "InfeasibleError", "build_feature_map",
+           "check_first_call", "map_class", "resolve_params"]
 
 
 PLUGIN_FAILURES: dict[str, str] = {}  # entry point -> why it failed to import
@@ -90,5 +92,34 @@ def build_feature_map(name, *, d_key, d_dot=None, **params):
     from it first (resolve_params). A parameter given as None takes its default."""
     params = {k: v for k, v in params.items() if v is not None}
     if d_dot is None:
-        return _lookup(name, params)(d_key=d_key, **params)
-    return FEATURE_MAPS[name](**resolve_params(name, d_key, d_dot, **params))
+        _lookup(name, params)
+        return _construct(name, {"d_key": d_key, **params})
+    return _construct(name, resolve_params(name, d_key, d_dot, **params))
+
+
+def _construct(name, kwargs):
+    """FEATURE_MAPS[name](**kwargs); ConfigError naming a parameter its constructor requires
+    and ``kwargs`` lacks (a map of the user's own without a default for it)."""
+    cls = FEATURE_MAPS[name]
+    required = [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    missing = [p for p in required if p not in kwargs]
+    require(not missing, f"{name}: no value for {', '.join(missing)}, which its constructor "
+                         f"requires; valid: feature_map.{missing[0] if missing else ''}=<value>")
+    return cls(**kwargs)
+
+
+def check_first_call(phi) -> None:
+    """ConfigError when a map of another package than kernelzoo (a plugin) emits features of
+    another width than it declares, checked on two random keys before any training (the
+    random state is left as it was: the run's draws are unchanged). Non-finite features are
+    the run's to record (diverged), not refused here."""
+    if phi.is_softmax or type(phi).__module__.split(".")[0] == "kernelzoo":
+        return
+    with torch.random.fork_rng(), torch.no_grad():
+        out = phi(torch.randn(2, phi.d_key))
+    width = out.shape[-1] if isinstance(out, torch.Tensor) and out.dim() else None
+    require(width == phi.width,
+            f"{phi.name}: its features at a first call have width {width}, not the "
+            f"{phi.width} it declares (d_dot, FeatureMap.__init__); valid: a forward that "
+            "returns d_dot features per key")

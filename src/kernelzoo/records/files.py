@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
+
+from kernelzoo.records.loaders import load_json
 
 
 class StoreError(Exception):
@@ -96,11 +98,16 @@ def open_regular(path: Path, limit: int = TEXT_LIMIT) -> Iterator[BinaryIO]:
         yield f
 
 
+def read_bytes(path: Path, limit: int = TEXT_LIMIT) -> bytes:
+    """The bytes of the regular file ``path`` (``open_regular``)."""
+    with open_regular(path, limit) as f:
+        return f.read()
+
+
 def read_text(path: Path) -> str:
     """The text of the regular file ``path`` (``open_regular``); StoreError naming it when it
     is not UTF-8."""
-    with open_regular(path) as f:
-        data = f.read()
+    data = read_bytes(path)
     try:
         return data.decode()
     except UnicodeDecodeError as err:
@@ -108,10 +115,79 @@ def read_text(path: Path) -> str:
 
 
 def read_json(file: Path):
-    """The JSON in ``file``, None when there is no such file; StoreError naming it when damaged."""
+    """The JSON in ``file`` (``loaders.load_json``: within its limits), None when there is no
+    such file; StoreError naming it when damaged."""
     try:
-        return json.loads(read_text(file))
+        return load_json(read_text(file))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as err:
-        raise StoreError(f"{file}: not readable JSON ({err})") from None
+        raise StoreError(f"{file}: not readable JSON ({one_line(err)})") from None
+
+
+KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+         (stat.S_ISSOCK, "a socket"))
+
+
+def kind(mode: int) -> str:
+    """What a file of ``mode`` (an lstat's st_mode) is, in words."""
+    return next((words for test, words in KINDS if test(mode)),
+                "a directory" if stat.S_ISDIR(mode) else "a regular file")
+
+
+def _refuse(path: Path, mode: int) -> StoreError:
+    return StoreError(f"{path}: {kind(mode)}, not a regular file or directory; valid: a run "
+                      "of regular files and directories only (remove it, or leave the run out)")
+
+
+def check_tree(source: Path, skip: tuple[str, ...] = ()) -> None:
+    """StoreError naming the first entry under the directory ``source`` (names in ``skip``
+    aside) that is neither a directory nor a regular file of at most TEXT_LIMIT bytes: a link,
+    a FIFO, a device, a socket."""
+    for entry in sorted(Path(source).iterdir()):
+        if entry.name in skip:
+            continue
+        info = entry.lstat()
+        if stat.S_ISDIR(info.st_mode):
+            check_tree(entry, skip)
+        elif not stat.S_ISREG(info.st_mode):
+            raise _refuse(entry, info.st_mode)
+        elif info.st_size > TEXT_LIMIT:
+            raise StoreError(f"{entry}: {info.st_size} bytes, more than the {TEXT_LIMIT} a "
+                             "store file may hold")
+
+
+def copy_tree(source: Path, target: Path, skip: tuple[str, ...] = ()) -> None:
+    """Copy the directory ``source`` into the new directory ``target``: its directories and
+    regular files (each read through ``open_regular``, mode and times kept), never what a
+    link points to, nothing from a FIFO or a device. StoreError naming the first entry that is
+    anything else (``check_tree``), OSError when writing fails (a full disk); either way
+    ``target`` is removed again, so a failed copy leaves nothing behind."""
+    os.mkdir(target)
+    try:
+        _copy_into(Path(source), Path(target), skip)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _copy_into(source: Path, target: Path, skip: tuple[str, ...]) -> None:
+    for entry in sorted(source.iterdir()):
+        if entry.name in skip:
+            continue
+        mode = entry.lstat().st_mode
+        if stat.S_ISDIR(mode):
+            os.mkdir(target / entry.name)
+            _copy_into(entry, target / entry.name, skip)
+            continue
+        if not stat.S_ISREG(mode):
+            raise _refuse(entry, mode)
+        with open_regular(entry) as f:  # what was checked above may have been swapped since
+            info = os.fstat(f.fileno())
+            fd = os.open(target / entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | getattr(os, "O_NOFOLLOW", 0), stat.S_IMODE(info.st_mode))
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(f, out)
+        os.utime(target / entry.name, ns=(info.st_atime_ns, info.st_mtime_ns),
+                 follow_symlinks=False)

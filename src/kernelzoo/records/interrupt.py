@@ -1,5 +1,6 @@
 """SIGTERM, SIGINT and SIGHUP stop a run or a sweep cleanly, with one line; a sweep's workers
-die with it however it ends.
+die with it however it ends; a reader that goes away (``sweep | head -1``) costs output, never
+a run (``survive_closed_output``).
 
 ``handled()`` turns the first of these signals into ``Interrupted`` (a KeyboardInterrupt) in the
 main thread, wherever it is: in the training loop, or in a launcher waiting for its workers.
@@ -11,7 +12,7 @@ descendant process: the launcher's workers, their helpers), records the interrup
 128 + the signal number. Further signals are ignored while this happens. A sweep killed
 outright (SIGKILL) runs none of this: its workers, marked at their start (``die_with_sweep``),
 are killed as it dies, and the next sweep removes what they left in /dev/shm
-(``clean_shm``).
+(``shm.clean``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
-import shutil
 import signal
 import sys
 import threading
@@ -30,8 +29,6 @@ from pathlib import Path
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
                 if hasattr(signal, name))
 SWEEP_PID = "KERNELZOO_SWEEP_PID"  # the sweep's main process, in its workers' environment
-SHM = Path("/dev/shm")
-SHM_LEFTOVERS = re.compile(r"^(?:joblib_memmapping_folder_|sem\.loky-)(\d+)[_-]")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -120,23 +117,44 @@ def _started(pid: int):
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
-def clean_shm(root: Path = SHM) -> list[Path]:
-    """Remove what a killed sweep's local workers left in ``root`` (/dev/shm): joblib's
-    memmapping folders and loky's semaphores named after a process of this user that is gone;
-    the paths removed."""
-    removed = []
-    with contextlib.suppress(OSError):
-        for entry in root.iterdir():
-            match = SHM_LEFTOVERS.match(entry.name)
-            with contextlib.suppress(OSError):
-                if match and entry.lstat().st_uid == os.getuid() and \
-                        not Path(f"/proc/{match.group(1)}").exists():
-                    if entry.is_dir() and not entry.is_symlink():
-                        shutil.rmtree(entry)
-                    else:
-                        entry.unlink()
-                    removed.append(entry)
-    return removed
+class _Unread:
+    """A text stream whose reader may go away: a write that meets a broken pipe (``sweep |
+    head -1``) is dropped and the stream's descriptor pointed at /dev/null, so that no later
+    write, nor the flush at exit, meets it again."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _gone(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def survive_closed_output() -> None:
+    """From now on, a closed stdout or stderr costs this process its output, never a run
+    (``_Unread``)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _Unread):
+            setattr(sys, name, _Unread(stream))
 
 
 def descendants(pid: int | None = None) -> list[int]:

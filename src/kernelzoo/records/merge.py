@@ -5,10 +5,15 @@ as one.
 
     python -m kernelzoo.records.merge results/pending/zoo results/reference/zoo   (or kernelzoo-merge)
 
-Nothing is overwritten: a run both stores hold must have the same summary, and a series both
-hold must have one record's probes begin the other's (a search continued from the same probes);
-anything else is a conflict, reported before anything is written. A run without its summary (an
-interrupted one) stays behind. Each run directory arrives whole (copied beside, then renamed);
+Nothing is overwritten: a run both stores hold must have the same summary (or differ in its
+wall_seconds alone, with a byte-identical curve: trained alike in both), a run must be of the
+experiment merged into, and a series both hold must have one record's probes begin the
+other's (a search continued from the same probes); anything else is a conflict, reported
+before anything is written, as is a source inside the target or the target inside a source
+run (the copy would copy itself). A run without its summary (an
+interrupted one) stays behind. Each run directory arrives whole (copied beside, then renamed;
+removed again when the copy fails) and holds only directories and regular files: a link, a
+FIFO or a device in a source run is refused, naming it, before anything is copied.
 ``search.json`` and ``sweep.json`` are written whole; a merge that is interrupted and run again
 finishes the job and copies nothing twice. The store follows no link (``store.guard``). A
 conflict is one line and exit 1 from ``main``, with nothing written.
@@ -26,7 +31,10 @@ from pathlib import Path
 from filelock import FileLock
 
 from kernelzoo.records import history, store
-from kernelzoo.records.files import StoreError, atomic_write_text
+from kernelzoo.records.files import (StoreError, atomic_write_text, check_tree, copy_tree,
+                                     read_bytes)
+
+LEFT_BEHIND = (".claim", "checkpoint.pt")  # a run's lock, and what only a rerun would read
 
 
 @dataclass
@@ -51,6 +59,19 @@ def _runs(exp_dir: Path) -> dict[str, Path]:
     store.guard(exp_dir.parent, runs)
     return {p.name: store.guard(exp_dir.parent, p) for p in sorted(runs.iterdir())
             if not p.name.startswith(".")} if runs.is_dir() else {}
+
+
+def _same_run(ours: Path, theirs: Path) -> bool:
+    """True when two run directories hold the same result: the same summary, or the same
+    summary but its wall_seconds and a byte-identical curve (a run trained alike in both)."""
+    a, b = store.read_summary(ours), store.read_summary(theirs)
+    if a == b:
+        return True
+    a.pop("wall_seconds"), b.pop("wall_seconds")
+    try:
+        return a == b and read_bytes(ours / "curve.csv") == read_bytes(theirs / "curve.csv")
+    except FileNotFoundError:
+        return False
 
 
 def _series(source: dict, target: dict) -> tuple[dict, int]:
@@ -80,6 +101,10 @@ def merge(source: str | Path, target: str | Path) -> Merged:
     source, target = Path(source), Path(target)
     if source.resolve() == target.resolve():
         raise StoreError(f"{source}: merged into itself; valid: two different stores")
+    if source.resolve().is_relative_to(target.resolve()) or \
+            target.resolve().is_relative_to(source.resolve()):  # the copy would copy itself
+        raise StoreError(f"{source} into {target}: one inside the other; valid: two separate "
+                         "stores")
     if source.name != target.name:
         raise StoreError(f"{source} into {target}: two experiments; valid: the same "
                          "experiment's directory in two results stores")
@@ -98,12 +123,15 @@ def _merge(source: Path, target: Path) -> Merged:
     for rid, path in theirs.items():
         if not store.is_done(path):
             done.unfinished.append(rid)
+        elif (found := store.read_summary(path)["experiment"]) != target.name:
+            raise StoreError(f"{path}: a run of experiment {found!r}, not {target.name!r}; "
+                             "valid: runs of the experiment merged into")
         elif rid not in ours:
             done.copied.append(rid)
         elif not store.is_done(ours[rid]):
             raise StoreError(f"{ours[rid]}: unfinished in {target} but finished in {source}; "
                              "valid: finish or remove the unfinished run, then merge")
-        elif store.read_summary(ours[rid]) != store.read_summary(path):
+        elif not _same_run(ours[rid], path):
             raise StoreError(f"run {rid}: the two stores hold different results; valid: stores "
                              "whose common runs agree")
         else:
@@ -114,19 +142,25 @@ def _merge(source: Path, target: Path) -> Merged:
     known = [json.dumps(i, sort_keys=True) for i in sweeps[0]["invocations"]]
     added = [i for i in sweeps[1]["invocations"] if json.dumps(i, sort_keys=True) not in known]
     done.invocations = len(added)
+    try:  # the new records are built before anything is copied: a wrong type is no half merge
+        invocations = sorted(sweeps[0]["invocations"] + added, key=lambda i: i.get("started", ""))
+    except TypeError as err:
+        raise StoreError(f"{history.sweep_file(source)} and {history.sweep_file(target)}: "
+                         f"invocations that cannot be ordered by their start ({err}); valid: "
+                         "sweep records as the sweeper writes them") from None
 
+    for rid in done.copied:  # a link, a FIFO or a device in a run: refused before any copy
+        check_tree(theirs[rid], LEFT_BEHIND)
     (target / "runs").mkdir(parents=True, exist_ok=True)
     for rid in done.copied:
         beside = store.guard(target.parent, target / "runs" / f".{rid}.merging")
         store.remove(beside)
-        shutil.copytree(theirs[rid], beside, symlinks=True,  # a link is copied as a link
-                        ignore=shutil.ignore_patterns(".claim", "checkpoint.pt"))
+        copy_tree(theirs[rid], beside, LEFT_BEHIND)
         beside.rename(target / "runs" / rid)
     if done.series:
         atomic_write_text(history.search_file(target), json.dumps({"series": search}, indent=1)
                           + "\n")
     if added:
-        invocations = sorted(sweeps[0]["invocations"] + added, key=lambda i: i.get("started", ""))
         record = {"invocations": invocations,
                   "wall_seconds": round(sum(i["wall_seconds"] for i in invocations), 1)}
         atomic_write_text(history.sweep_file(target), json.dumps(record, indent=2) + "\n")
@@ -145,6 +179,10 @@ def main(argv=None) -> None:
     except (StoreError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print(f"interrupted: each run and record written into {args.target} so far is whole; "
+              "the same command finishes the merge", file=sys.stderr)
+        sys.exit(130)
     print(done.line(args.source, args.target))
     if done.unfinished:
         print(f"left behind (no summary.json): {', '.join(done.unfinished)}")

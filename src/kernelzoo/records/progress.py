@@ -17,6 +17,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from kernelzoo.records.files import StoreError, atomic_write_text, read_text
+from kernelzoo.records.loaders import load_json
 
 FILE = "progress.json"
 
@@ -43,7 +44,7 @@ def finished(sweep_dir: str | Path, work: float = 1.0) -> str | None:
     path = Path(sweep_dir) / FILE
     try:
         with FileLock(str(path) + ".lock", timeout=10):
-            state = json.loads(read_text(path))
+            state = load_json(read_text(path))
             state["done"] += 1
             state["work_done"] += work
             atomic_write_text(path, json.dumps(state) + "\n")

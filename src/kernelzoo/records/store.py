@@ -37,6 +37,7 @@ from filelock import FileLock, Timeout
 from kernelzoo.config import CONF, EXPERIMENTS, is_name
 from kernelzoo.records import summary as summary_schema
 from kernelzoo.records.files import StoreError, atomic_write_text, one_line, read_text
+from kernelzoo.records.loaders import load_json, load_yaml
 
 CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
 
@@ -165,6 +166,32 @@ def guard(results_dir: str | Path, path: Path) -> Path:
     return Path(path)
 
 
+def make_dir(results_dir: str | Path, path: Path) -> Path:
+    """Create the directory ``path`` as new, ``guard``-ing what leads to it from ``results_dir``:
+    the sweep's own directory, whose name (time and pid) another user of a shared store can
+    foresee. Anything already there under its name, a planted link above all, is refused
+    (StoreError) rather than written into; OSError when it cannot be made. A ``path`` outside
+    ``results_dir`` (a ``hydra.sweep.dir`` of the user's choosing) may exist, but not as a
+    link."""
+    path = Path(path)
+    below = Path(os.path.abspath(path)).is_relative_to(os.path.abspath(results_dir))
+    if below:
+        guard(results_dir, path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if below:  # the parents made just now, or found: still no link among them
+        guard(results_dir, path.parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not below and path.is_dir() and not path.is_symlink():
+            return path
+        what = "a symbolic link" if path.is_symlink() else "something"
+        raise StoreError(f"{path}: {what} already there, where this sweep makes its own new "
+                         "directory; kernelzoo writes into no directory it did not make: "
+                         "remove it and run again") from None
+    return path
+
+
 def guard_experiment(results_dir: str | Path, experiment: str) -> None:
     """``guard`` of the experiment's directories: ``runs/``, ``index/`` and Hydra's ``hydra/``."""
     for part in ("runs", "index", "hydra"):
@@ -196,8 +223,8 @@ def read_summary(path: Path) -> dict:
     raise StoreError naming the file and what is wrong if it is bad."""
     file = path / "summary.json" if path.is_dir() else path
     try:
-        summary = json.loads(read_text(file))
-    except (OSError, json.JSONDecodeError) as err:
+        summary = load_json(read_text(file))
+    except (OSError, ValueError) as err:
         raise StoreError(f"{file}: not a readable summary ({err})") from None
     if not isinstance(summary, dict):
         raise StoreError(f"{file}: not a readable summary (expected a JSON object)")
@@ -209,13 +236,14 @@ def read_summary(path: Path) -> dict:
 
 def read_config(path: Path) -> dict:
     """The run's ``config.yaml``; {} when it is missing; StoreError naming it when it is no
-    regular file, not UTF-8 or not a YAML mapping."""
+    regular file, not UTF-8, not a YAML mapping or beyond the limits of ``loaders.py`` (a
+    YAML bomb, deep nesting, a non-finite number)."""
     file = path / "config.yaml"
     try:
-        value = yaml.safe_load(read_text(file))
+        value = load_yaml(read_text(file))
     except FileNotFoundError:
         return {}
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, ValueError, yaml.YAMLError) as err:
         raise StoreError(f"{file}: not a readable config ({one_line(err).splitlines()[0]})") \
             from None
     if value is not None and not isinstance(value, dict):

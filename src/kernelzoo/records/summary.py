@@ -19,6 +19,7 @@ A field present is checked against its type (a number may be null or the store's
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -58,7 +59,23 @@ def _or_null(test: Callable[[object], bool]) -> Callable[[object], bool]:
     return lambda v: v is None or test(v)
 
 
+def _count(v) -> bool:
+    return _integer(v) and v >= 1
+
+
 INTEGER, INTEGER_OR_NULL = (_integer, "an integer"), (_or_null(_integer), "an integer or null")
+NAME = (lambda v: _text(v) and is_name(v), "a name (letters, digits, '-', '_', '.')")
+RUN_ID = (lambda v: _text(v) and is_run_id(v), "a run id (letters, digits, '-', '_', '.')")
+
+
+def is_run_id(value: str) -> bool:
+    """A run directory's name: one path component of letters, digits, '-', '_' and '.' (of any
+    length: a map's parameters may make it longer than a config name)."""
+    return bool(RUN_ID_CHARS.fullmatch(value)) and value not in (".", "..")
+
+
+RUN_ID_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
+COUNT, COUNT_OR_NULL = (_count, "an integer >= 1"), (_or_null(_count), "an integer >= 1 or null")
 NUMBER = (_or_null(_number), "a number, null or \"inf\"")
 TEXT, TEXT_OR_NULL = (_text, "a string"), (_or_null(_text), "a string or null")
 # what core/diagnostics.py measures on the trained model (null where it could not)
@@ -66,16 +83,17 @@ DIAGNOSTICS = ("phi_rank", "phi_effective_rank", "phi_rank_initial", "phi_effect
                "margin", "negative_margin_fraction", "dead_keys")
 
 FIELDS = (
-    Field("run_id", *TEXT),
-    Field("experiment", *TEXT),
+    Field("run_id", *RUN_ID),
+    Field("experiment", *NAME),
     Field("task", *TEXT_OR_NULL),
-    Field("feature_map", *TEXT),
-    Field("feature_map_params", lambda v: isinstance(v, dict), "an object"),
-    Field("d_key", *INTEGER),
-    Field("d_dot", *INTEGER_OR_NULL),  # null: unbounded (softmax)
-    Field("predicted_capacity", *INTEGER_OR_NULL),  # d_dot, the capacity the reference predicts
-    Field("n_keys", *INTEGER),
-    Field("seq_len", *INTEGER_OR_NULL),
+    Field("feature_map", *NAME),
+    Field("feature_map_params", lambda v: isinstance(v, dict) and all(map(is_name, v)),
+          "an object whose keys are names"),
+    Field("d_key", *COUNT),
+    Field("d_dot", *COUNT_OR_NULL),  # null: unbounded (softmax)
+    Field("predicted_capacity", *COUNT_OR_NULL),  # d_dot, the capacity the reference predicts
+    Field("n_keys", *COUNT),
+    Field("seq_len", *COUNT_OR_NULL),
     Field("update_rule", *TEXT),
     Field("normalisation", *TEXT_OR_NULL),
     Field("seed", *INTEGER),

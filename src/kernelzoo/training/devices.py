@@ -10,9 +10,12 @@ and ``make bench`` alike).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import resource
+from pathlib import Path
 
 import torch
 
@@ -55,10 +58,53 @@ def resolve_device(name: str) -> torch.device:
 
 
 def device_memory(device: torch.device) -> int:
-    """Bytes of memory on ``device``: the GPU's, else the machine's physical memory."""
+    """Bytes of memory on ``device``: the GPU's, else the machine's physical memory or the
+    smaller limit this process runs under (``process_limit``)."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = process_limit()
+    return min(physical, limit[0]) if limit else physical
+
+
+def memory_words(device: torch.device) -> str:
+    """Whose memory ``device_memory`` counts, for a refusal: "cpu", or "cpu under its cgroup's
+    memory limit"."""
+    limit = process_limit() if device.type == "cpu" else None
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"{device} under {limit[1]}" if limit and limit[0] < physical else str(device)
+
+
+def process_limit(proc: Path = Path("/proc/self/cgroup"),
+                  root: Path = Path("/sys/fs/cgroup")) -> tuple[int, str] | None:
+    """The smallest memory limit this process runs under, in bytes, and its name: its memory
+    cgroup's (v2 ``memory.max``, v1 ``memory.limit_in_bytes``, here or in a parent group: a
+    SLURM job's ``--mem``, a container's) and ``ulimit -v`` (RLIMIT_AS); None without one. A
+    run above it would be killed by the kernel, unannounced."""
+    found = []
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        found.append((soft, "its ulimit -v"))
+    try:
+        lines = proc.read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, group = line.split(":", 2)
+        if controllers == "":  # v2: one hierarchy
+            base, name = root, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = root / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        here = base / group.lstrip("/")
+        for folder in [here, *here.parents]:
+            if folder.is_relative_to(base):
+                with contextlib.suppress(OSError, ValueError):
+                    value = int((folder / name).read_text().strip())
+                    if value < 2 ** 62:  # "max", or v1's page-rounded 2^63: no limit
+                        found.append((value, "its cgroup's memory limit"))
+    return min(found) if found else None
 
 
 def check_memory(phi, mem, tr, task, device: torch.device,
@@ -100,9 +146,24 @@ def check_memory(phi, mem, tr, task, device: torch.device,
         f"{tr.eval_sequences} of {eval_len}) needs about {_size(parts[peak])} at its peak, in "
         f"its {peak} (estimate: parameters, gradients and Adam state "
         f"{_size(parts['parameters'])}, other tensors {_size(parts[peak] - parts['parameters'])}"
-        f"), more than the {_size(have)} of {device}; valid: "
+        f"), more than the {_size(have)} of {memory_words(device)}; valid: "
         + (" or ".join(valid) + " here" if valid else "fewer or shorter sequences "
            "(trainer.batch_size, task.seq_len, trainer.eval_sequences)"))
+
+
+def check_width(name: str, d_dot: int, tr, device: torch.device) -> None:
+    """Refuse, before its map is built (a projection of d_dot rows is allocated then), a d_dot
+    whose features alone, one vector per sequence of a batch, exceed the device's memory: the
+    least any map of that width holds (``check_memory`` estimates the whole run once the map
+    exists)."""
+    need = tr.batch_size * d_dot * torch.finfo(getattr(torch, tr.dtype)).bits // 8
+    have = device_memory(device)
+    require(need <= have,
+            f"feature_map={name} with d_dot={d_dot}: its features alone, one vector per "
+            f"sequence of a batch of {tr.batch_size}, need {_size(need)}, more than the "
+            f"{_size(have)} of {memory_words(device)}; valid: a smaller d_dot (at most "
+            f"{have * 8 // (tr.batch_size * torch.finfo(getattr(torch, tr.dtype)).bits):,} for "
+            "the features alone)")
 
 
 def _size(nbytes: float) -> str:

@@ -25,10 +25,10 @@ from omegaconf import DictConfig, OmegaConf
 from kernelzoo import config
 from kernelzoo.config import Config, MemoryConf, TaskConf, TrainerConf, UsageError
 from kernelzoo.maps.base import FeatureMap
-from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map, map_class,
-                                    resolve_params)
+from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map,
+                                    check_first_call, map_class, resolve_params)
 from kernelzoo.records import store, summary
-from kernelzoo.training.devices import check_memory, require, resolve_device
+from kernelzoo.training.devices import check_memory, check_width, require, resolve_device
 
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",  # how, not
                                "checkpoint_minutes", "flush_denormal")}  # what, is computed
@@ -84,12 +84,15 @@ def plan(cfg: DictConfig) -> Plan:
     fm = dict(c.feature_map)
     name = fm.pop("name", None)
     torch.manual_seed(c.seed)  # a random map draws its first projection here
+    if c.d_dot is not None:
+        check_width(name, c.d_dot, tr, device)
     try:
         if c.d_dot is not None:
             kwargs = resolve_params(name, d_key=d_key, d_dot=c.d_dot, **fm)
         else:
             kwargs = {"d_key": d_key, **fm}
         phi = build_feature_map(name, **kwargs)
+        check_first_call(phi)
     except ConfigError as err:
         raise UsageError(f"feature_map={name}: {str(err).removeprefix(f'{name}: ')}") from None
     require(not (phi.is_softmax and mem.update_rule != "sum"),
