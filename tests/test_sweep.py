@@ -230,6 +230,33 @@ def test_make_sweep_smoke(smoke_results, tmp_path):
     assert {r["feature_map"] for r in rows} == {"elu", "dpfp"}
 
 
+README_SEARCH = re.compile(r'^\s+make sweep EXPERIMENT=(\w+) ARGS="([^"]*search=bisect[^"]*)"$', re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_readme_search_example_analyses_the_experiment_it_names(tmp_path, cli_env):
+    """README's search example, its ARGS as written, on smoke's first grid narrowed to elu: the
+    sweep runs under the name its ARGS give (``experiment=my_search``), and both ``make sweep``
+    and ``make plots`` with those ARGS analyse that experiment, not EXPERIMENT."""
+    experiment, args = README_SEARCH.search((REPO / "README.md").read_text()).groups()
+    assert experiment == "figure2" and "experiment=my_search" in args.split()
+    results = tmp_path / "results"
+    venv = Path(PYTHON).parents[1]
+    tiny = f"{args} grids=[0] feature_map=elu logger=none trainer.threads=1"
+    make = ["make", "-s", "-o", f"{venv}/.installed", f"VENV={venv}", "EXPERIMENT=smoke",
+            f"RESULTS={results}", f"ARGS={tiny}"]
+    res = run_cmd([*make[:4], "sweep", *make[4:]], cli_env, timeout=400)
+    assert res.returncode == 0, res.explain()
+    assert "sweep my_search finished" in res.stdout, res.explain()
+    assert f"analysed {len(run_ids(results, 'my_search'))} runs of my_search -> " in res.stdout
+    assert (results / "my_search" / "report.md").is_file()
+    assert sorted(p.name for p in results.iterdir()) == ["my_search"]  # no smoke store
+    res = run_cmd([*make[:4], "plots", *make[4:]], cli_env, timeout=400)
+    assert res.returncode == 0, res.explain()
+    assert "runs of my_search -> " in res.stdout, res.explain()
+
+
 @pytest.mark.slow
 def test_grids_runs_some_grids_as_a_sweep_of_every_grid_would(smoke_results, tmp_path):
     """``grids=[2]`` trains only the third grid's point, under the run id the full sweep gave
