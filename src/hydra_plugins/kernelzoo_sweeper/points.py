@@ -60,9 +60,11 @@ class Composer:
         self.saved = self.current = HydraConfig.instance().cfg
 
     def _chooses(self, override) -> bool:
-        """True for an override that changes the defaults list (a config group, Hydra's own)."""
+        """True for an override that changes the defaults list (a config group, Hydra's own;
+        a group of a ``hydra.searchpath`` entry is known by the sweep's choices)."""
         return override.is_hydra_override() or \
-            self.loader.repository.group_exists(override.key_or_group)
+            self.loader.repository.group_exists(override.key_or_group) or \
+            override.key_or_group in self.master.hydra.runtime.choices
 
     def __call__(self, point: list[str]) -> DictConfig:
         parsed = self.parser.parse_overrides(point)
