@@ -11,6 +11,10 @@ folder's parent on Hydra's search path, so config groups beside the folder, e.g.
 ended, analyses the experiment that ran (``kernelzoo.analyze``): the name the composed config
 gives it, so an ``experiment=<another name>`` among the overrides is the one analysed. A dry run,
 or ``--no-analysis``, analyses nothing. Rerunning a sweep trains only what is missing.
+
+A sweep may also be defined by overrides alone, ``kernelzoo-sweep experiment=<name> <overrides>``
+(``ask``): no experiment file, the published protocol (``trainer=paper``) unless the overrides
+choose another (``trainer=quick``: quick's shortened one), under the name the user gives.
 """
 
 from __future__ import annotations
@@ -102,6 +106,24 @@ def choose(name: str, folder: Path | None, overrides: list[str]) -> list[str]:
             f"+{group}={name}", *([] if named else [f"experiment={name}"]), *overrides]
 
 
+def ask(folder: Path | None, overrides: list[str]) -> list[str]:
+    """The Hydra arguments of a sweep defined by ``overrides`` alone: they must name it
+    (``experiment=<name>``, not an experiment's own name, whose store it would mix into); its
+    protocol is the published one (``trainer=paper``) unless they choose another."""
+    names = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "experiment"]
+    if not names:
+        raise config.UsageError(
+            "a sweep of overrides alone needs a name for its store; valid: experiment=<name>, "
+            "e.g. kernelzoo-sweep experiment=my_question feature_map=elu d_key=16 n_keys=4,64 "
+            "search=bisect")
+    if names[-1] in {*available(), *user_experiments(folder)}:
+        raise config.UsageError(
+            f"experiment={names[-1]} names an experiment of its own, whose store this sweep "
+            f"would mix into; valid: kernelzoo-sweep {names[-1]} [overrides] to run it, or "
+            "another name")
+    return overrides
+
+
 @dataclass(frozen=True)
 class Ran:
     """What the sweep's config says of the experiment it writes: its name, its store, whether
@@ -132,6 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     usage = (f"usage: kernelzoo-sweep <experiment> [overrides] [{NO_ANALYSIS}]  "
              "(python -m kernelzoo.sweep)\n"
+             f"       kernelzoo-sweep experiment=<your name> <overrides> [{NO_ANALYSIS}]  (a "
+             "sweep of overrides alone, with the published protocol unless trainer=... says "
+             "otherwise)\n"
              f"experiments: {', '.join(available())}; yours: a YAML in ./experiments/ or in "
              f"{FOLDER_KEY}=<folder>\n"
              "overrides: Hydra syntax, e.g. seed=1,2,3 launcher=local search=bisect "
@@ -141,17 +166,19 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] in (["-h"], ["--help"]):
         print(usage)
         sys.exit(0)
-    if not argv or argv[0].startswith("-") or "=" in argv[0]:
+    if not argv or argv[0].startswith("-"):
         print(usage, file=sys.stderr)
         sys.exit(2)
-    name, overrides = argv[0], [a for a in argv[1:] if a != NO_ANALYSIS]
+    adhoc = "=" in argv[0]  # overrides alone: a sweep of the user's own, named by experiment=
+    name, overrides = ("", argv) if adhoc else (argv[0], argv[1:])
+    overrides = [a for a in overrides if a != NO_ANALYSIS]
     # Hydra takes one mode: --cfg, --info or --help shows the experiment's config (its point
     # values as the experiment sets them), without a sweep
     shows = any(a in SHOWS or a.startswith(("--cfg=", "--info=")) for a in overrides)
     ran = None
     try:
         folder, overrides = user_folder(overrides)
-        hydra_args = choose(name, folder, overrides)
+        hydra_args = ask(folder, overrides) if adhoc else choose(name, folder, overrides)
         if not shows and NO_ANALYSIS not in argv:
             ran = composed(hydra_args)
     except config.UsageError as err:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo.analysis import between_sizes, factorial, optimisation, scaling, update_rules
+from kernelzoo.analysis import between_sizes, factorial, optimisation, protocol, scaling, update_rules
 from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
@@ -244,7 +244,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
     steps = int(runs["steps"].fillna(0).sum())
-    lines = [f"# Capacity analysis: `{experiment}`", "", "## What was run", "",
+    lines = [f"# Capacity analysis: `{experiment}`", "", protocol.line(runs), "", "## What was run", "",
              f"- {plural(len(runs), 'run')} with a summary ({status}); "
              f"{plural(len(capacity), 'configuration')}.",
              f"- d_key: {', '.join(map(str, sorted(runs['d_key'].unique())))}; update rules: "
