@@ -40,8 +40,8 @@ def observed(r, view: str = "loss") -> str:
     s = SUFFIX[view]
     value, outcome = getattr(r, f"observed_capacity{s}"), getattr(r, f"outcome{s}")
     low, high = getattr(r, f"ci_low{s}"), getattr(r, f"ci_high{s}")
-    if outcome == "no_data":
-        return "–"
+    if outcome in ("no_data", "not_searched"):
+        return "–" if outcome == "no_data" else "not searched"
     if r.n_seeds == 1:
         if outcome == "fails_at" and view != "keys_retrieved":
             return f"{cell(value)} (between {cell(low)} and {cell(high)})"
