@@ -31,7 +31,9 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q --upgrade pip
 	@# a plain `torch` requirement pulls a multi-GB CUDA build; start from the CPU wheel here
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_CPU)" || $(PY) -m pip install -q torch
-	$(PY) -m pip install -q -e ".[test]"
+	@# setuptools' notice that an editable install maps conf/ into the package by a finder: known
+	@echo "installing kernelzoo (editable) and its dependencies into $(VENV)"
+	@PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(PY) -m pip install -q -e ".[test]"
 	@touch $(STAMP)
 
 sweep: install  ## run a named sweep end to end, then its analysis: make sweep EXPERIMENT=quick
