@@ -49,6 +49,9 @@ def test_a_plain_install_runs_the_smoke_sweep_from_another_directory(tmp_path):
                    "print(kernelzoo.__file__); print(s.__file__)"],
         capture_output=True, text=True, cwd=work, env=env, check=True).stdout.split()
     assert all(Path(p).is_relative_to(fresh_site) for p in where), where
+    hint = subprocess.run([py, "-c", "from kernelzoo.records import tracking; print(tracking.SYNC)"],
+                          capture_output=True, text=True, cwd=work, env=env, check=True).stdout
+    assert hint.strip() == "`wandb sync <results_dir>/wandb/offline-run-*`"  # no make here
 
     results = work / "results"
     sweep = subprocess.run([py, "-m", "kernelzoo.sweep", "smoke", f"results_dir={results}",

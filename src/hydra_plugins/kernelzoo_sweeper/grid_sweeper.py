@@ -63,6 +63,18 @@ def batch_size(max_batch_size: int | None, launcher) -> int | None:
     return max(1, (cores or 1) // max(1, launcher.get("cpus_per_task") or 1))
 
 
+def launcher_words(cfg) -> str:
+    """How the jobs run, for the sweep's log line: the launcher and its parallelism."""
+    launcher = cfg.hydra.launcher
+    name = launcher._target_.rsplit(".", 1)[-1]
+    if name == "JoblibLauncher":
+        from joblib import effective_n_jobs
+
+        return f"{name}, {plural(effective_n_jobs(launcher.n_jobs), 'worker')} " \
+               f"(n_jobs={launcher.n_jobs})"
+    return name
+
+
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
 
 
@@ -145,6 +157,7 @@ class GridSweeper(sweeper_base()):
             fail(str(err))
         if self.config.logger.name == "wandb" and not self.config.dry_run:
             tracking.check_server(self.config.results_dir)
+            print(tracking.where(self.config.results_dir, self.config.logger.project))
         interrupt.mark_sweep()  # its workers die with it, however it ends
         leftovers = interrupt.clean_shm()
         if leftovers:
@@ -158,6 +171,8 @@ class GridSweeper(sweeper_base()):
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            if not self.config.dry_run:
+                print(f"logs: {sweep_dir}/<job>/train.log ({launcher_words(self.config)})")
             if search:
                 from .search_rounds import SearchRounds
 
