@@ -201,6 +201,30 @@ def test_submitit_local_launcher(smoke_results, tmp_path, cli_env):
     assert list((results / "smoke" / "submitit").iterdir()), "no submitit job folders"
 
 
+def test_a_dry_run_lists_a_slurm_array_without_slurm(tmp_path, cli_env):
+    """launcher=slurm dry_run=true where there is no srun: the array it would submit (its
+    settings, a job per pack) is listed, nothing is submitted or trained; without dry_run the
+    same command is refused in one line."""
+    env = {**cli_env, "PATH": str(Path(PYTHON).parent)}  # no srun, no sbatch
+    results = tmp_path / "results"
+    setup = "hydra.launcher.setup=['module load cuda','source ~/kz/.venv/bin/activate']"
+    res = sweep("smoke", [f"results_dir={results}", "launcher=slurm", "dry_run=true", setup,
+                          "hydra.launcher.qos=short"], env)
+    assert res.returncode == 0, res.explain()
+    head = next(line for line in res.stdout.splitlines() if line.startswith("slurm array "))
+    assert head.startswith("slurm array smoke: 4 jobs, partition=None account=None qos=short "
+                           "cpus_per_task=4 gpus_per_node=1 mem_gb=16 timeout_min=240 "
+                           "signal_delay_s=120 max_num_timeout=3 array_parallelism=64"), head
+    assert head.endswith("setup ['module load cuda', 'source ~/kz/.venv/bin/activate']")
+    jobs = re.findall(r"^  job (\d+): (.*)$", res.stdout, re.M)
+    assert [int(i) for i, _ in jobs] == [0, 1, 2, 3]
+    assert sum("pack_members=[[3,1]]" in j for _, j in jobs) == 2
+    assert all(" dry_run=" not in f" {j}" and "+experiments=smoke" in j for _, j in jobs), jobs
+    assert not list(results.rglob("summary.json")) and not (results / "smoke" / "slurm").exists()
+    res = sweep("smoke", [f"results_dir={results}", "launcher=slurm"], env)
+    assert res.returncode == 2 and "there is no srun here" in res.stderr, res.explain()
+
+
 # ----------------------------------------------------------------- make sweep
 
 @pytest.mark.skipif(ANALYZE_MISSING, reason="src/kernelzoo/analyze.py does not exist yet")

@@ -75,6 +75,19 @@ def launcher_words(cfg) -> str:
     return name
 
 
+def slurm_array(cfg, jobs: list[list[str]], label: str = "") -> str:
+    """A dry run's listing of the SLURM array a launch would submit: its settings and each
+    job's overrides (a pack of runs), without SLURM."""
+    lc = cfg.hydra.launcher
+    keys = ("partition", "account", "qos", "cpus_per_task", "gpus_per_node", "mem_gb",
+            "timeout_min", "signal_delay_s", "max_num_timeout", "array_parallelism")
+    head = (f"slurm array {lc.name}{f' ({label})' if label else ''}: "
+            f"{plural(len(jobs), 'job')}, " + " ".join(f"{k}={lc.get(k)}" for k in keys)
+            + f", setup {list(lc.get('setup') or [])}")
+    listed = [[o for o in job if override_key(o) != "dry_run"] for job in jobs]
+    return "\n".join([head, *(f"  job {i}: {' '.join(job)}" for i, job in enumerate(listed))])
+
+
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
 
 
@@ -237,6 +250,9 @@ class GridSweeper(sweeper_base()):
         jobs = [p.overrides() for p in packed]
         batch = batch_size(self.max_batch_size, self.config.hydra.launcher)
         self.overrides = list(self.split_overrides_to_chunks(jobs, batch)) if jobs else []
+        if self.config.dry_run and self.config.hydra.launcher._target_.endswith(".SlurmLauncher"):
+            print(slurm_array(self.config, jobs, label))  # submits nothing
+            return returns
         while not self.is_done():
             batch = self.get_job_batch()
             try:
