@@ -118,3 +118,28 @@ def test_sigterm_stops_a_submitit_sweep(tmp_path, cli_env, background):
     """launcher=submitit_local: submitit's tasks let SIGTERM pass, so they are killed. (~30 s.)"""
     interrupt_then_rerun(tmp_path, cli_env, background, ["launcher=submitit_local"],
                          signal.SIGTERM, to_group=False)
+
+
+def test_an_interrupted_slurm_sweep_cancels_the_jobs_it_submitted(tmp_path, monkeypatch):
+    """The folders submitit made for this sweep's array tasks (``<array id>_<task>``) name the
+    arrays to scancel; an older sweep's folder and other files are left alone."""
+    import os
+    import time
+
+    from kernelzoo.records import interrupt
+
+    folder = tmp_path / "slurm"
+    for name in ("4211_0", "4211_1", "4212_0", "977_3"):
+        (folder / name).mkdir(parents=True)
+    (folder / "notes.txt").write_text("not a job\n")
+    old = time.time() - 3600
+    os.utime(folder / "977_3", (old, old))  # submitted by an earlier sweep
+    bin_dir, called = tmp_path / "bin", tmp_path / "scancel.args"
+    bin_dir.mkdir()
+    (bin_dir / "scancel").write_text(f"#!/bin/sh\necho \"$@\" > {called}\n")
+    (bin_dir / "scancel").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert interrupt.cancel_slurm_jobs(f"{folder}/%j", time.time() - 60) == ["4211", "4212"]
+    assert called.read_text().split() == ["4211", "4212"]
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert interrupt.cancel_slurm_jobs(f"{folder}/%j", time.time() - 60) == []

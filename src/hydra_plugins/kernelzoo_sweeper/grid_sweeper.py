@@ -207,6 +207,12 @@ class GridSweeper(sweeper_base()):
                 returns += stall_checks.run(self, swept)
         except interrupt.Interrupted as stop:
             interrupt.stop_workers()
+            if self.config.hydra.launcher._target_.endswith(".SlurmLauncher"):
+                cancelled = interrupt.cancel_slurm_jobs(self.config.hydra.launcher.submitit_folder,
+                                                        start)
+                if cancelled:
+                    print(f"cancelled SLURM {plural(len(cancelled), 'job')} (scancel "
+                          f"{' '.join(cancelled)})", file=sys.stderr)
             record = {**rounds.record(), **chosen} if rounds else planned
             wall = time.time() - start
             self._record({**record, "interrupted": stop.name}, start, wall)

@@ -6,7 +6,8 @@ main thread, wherever it is: in the training loop, or in a launcher waiting for 
 Every layer then unwinds as it does for Ctrl-C: the run in flight writes no summary (a rerun
 continues it from its last checkpoint, ``checkpoint.py``, or starts it over) and releases its
 claim. The sweeper stops its workers with ``stop_workers`` (every
-descendant process: the launcher's workers, their helpers), records the interruption in
+descendant process: the launcher's workers, their helpers) and cancels the SLURM jobs it
+submitted (``cancel_slurm_jobs``), records the interruption in
 ``sweep.json`` and says what was stopped; ``train.main`` prints that one line and exits with
 128 + the signal number. Further signals are ignored while this happens. A sweep killed
 outright (SIGKILL) runs none of this: its workers, marked at their start (``die_with_sweep``),
@@ -21,6 +22,7 @@ import ctypes
 import os
 import re
 import shutil
+import subprocess
 import signal
 import sys
 import threading
@@ -168,6 +170,20 @@ def stop_workers(grace: float = 1.5) -> None:
         end = time.monotonic() + grace
         while time.monotonic() < end and any(_alive(pid) for pid in pids):
             time.sleep(0.05)
+
+
+def cancel_slurm_jobs(folder: str | Path, since: float) -> list[str]:
+    """``scancel`` the SLURM jobs a sweep submitted: the job ids that name the folders submitit
+    made under ``folder`` (``submitit_folder`` up to its ``%j``) since ``since`` (an array task's
+    folder, ``<array id>_<task>``, names its array). The ids cancelled; none without scancel."""
+    root = Path(str(folder).split("%j")[0])
+    ids = sorted({d.name.split("_")[0] for d in (root.iterdir() if root.is_dir() else [])
+                  if d.is_dir() and d.name.split("_")[0].isdigit()
+                  and d.stat().st_mtime >= since - 1})
+    if ids and shutil.which("scancel"):
+        subprocess.run(["scancel", *ids], check=False, timeout=60)
+        return ids
+    return []
 
 
 def _status(pid: int) -> str:
