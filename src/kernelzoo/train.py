@@ -275,6 +275,7 @@ def _app(cfg: DictConfig) -> list[str | None]:
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     if in_sweep:
         interrupt.die_with_sweep()
+        interrupt.checkpoint_on_warning()  # a submitit job: checkpoint, then be requeued
     try:
         outcomes = run(cfg)
     except (UsageError, OSError) as err:  # e.g. a damaged summary, a full disk

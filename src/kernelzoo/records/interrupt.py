@@ -172,6 +172,35 @@ def stop_workers(grace: float = 1.5) -> None:
             time.sleep(0.05)
 
 
+_WARNED: list = []  # the scheduler's handler of its warning, once the warning came
+
+
+def checkpoint_on_warning() -> None:
+    """In a job whose scheduler warns it before its time limit or a preemption (SIGUSR2, which
+    submitit handles by requeueing the job): take the warning over, so that the runs checkpoint
+    at their next evaluation (``warned``), then hand it to submitit (``requeue``). Elsewhere
+    (no handler of SIGUSR2 installed) nothing changes."""
+    previous = signal.getsignal(signal.SIGUSR2)
+    if not callable(previous):
+        return
+
+    def handler(signum, frame):
+        if not _WARNED:
+            _WARNED.append(lambda: previous(signum, frame))
+
+    signal.signal(signal.SIGUSR2, handler)
+
+
+def warned() -> bool:
+    """True once the scheduler has warned this job (``checkpoint_on_warning``)."""
+    return bool(_WARNED)
+
+
+def requeue() -> None:
+    """Hand the warning to submitit's handler: it requeues the job and ends this process."""
+    _WARNED[0]()
+
+
 def cancel_slurm_jobs(folder: str | Path, since: float) -> list[str]:
     """``scancel`` the SLURM jobs a sweep submitted: the job ids that name the folders submitit
     made under ``folder`` (``submitit_folder`` up to its ``%j``) since ``since`` (an array task's
