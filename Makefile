@@ -9,7 +9,10 @@ RESULTS ?= results/local
 RESULTS := $(or $(lastword $(patsubst results_dir=%,%,$(filter results_dir=%,$(ARGS)))),$(RESULTS))
 # quoted for the shell: RESULTS="a dir" is one path (ARGS stay split at spaces, one override each)
 OVERRIDES = "results_dir=$(RESULTS)" $(filter-out results_dir=%,$(ARGS))
-DRY_RUN = $(filter dry_run=true,$(ARGS))
+# what the analysis takes of ARGS, so that `make plots` takes the ARGS of the sweep it analyses
+ANALYZE_ARGS = $(filter logger=% logger.% threshold=% accuracy_threshold=% reference_dir=%,$(ARGS))
+# the experiment analysed: an experiment=... in ARGS (a sweep stored under another name) wins
+NAME = $(or $(lastword $(patsubst experiment=%,%,$(filter experiment=%,$(ARGS)))),$(EXPERIMENT))
 SYNC_TIMEOUT ?= 900
 TORCH_CPU ?= torch==2.13.0
 # pytest-xdist workers of `make test`: auto (one per core), a number, or 0 (one process)
@@ -38,18 +41,19 @@ $(STAMP): pyproject.toml
 	@$(LOCKED) $(PY) -m pip install -q --upgrade pip
 	@# a plain `torch` requirement pulls a multi-GB CUDA build; start from the CPU wheel here
 	@$(PY) -c "import torch" 2>/dev/null || $(LOCKED) $(PY) -m pip install -q "$(TORCH_CPU)" || $(LOCKED) $(PY) -m pip install -q torch
-	$(LOCKED) $(PY) -m pip install -q -e ".[test]"
+	@# setuptools' notice that an editable install maps conf/ into the package by a finder: known
+	@echo "installing kernelzoo (editable) and its dependencies into $(VENV)"
+	@PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(LOCKED) $(PY) -m pip install -q -e ".[test]"
 	@touch $(STAMP)
 
 sweep: install  ## run a named sweep end to end, then its analysis: make sweep EXPERIMENT=quick
 	$(PY) -m kernelzoo.sweep $(EXPERIMENT) $(OVERRIDES)
-	$(if $(DRY_RUN),@echo "dry run: nothing was trained and there is nothing to analyse",$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) "results_dir=$(RESULTS)" $(filter logger=%,$(ARGS)))
 
 run: install  ## train one configuration: make run ARGS="feature_map=dpfp feature_map.nu=2 n_keys=260"
 	$(PY) -m kernelzoo.train $(OVERRIDES)
 
 plots: install  ## regenerate tables, figures and report of an experiment from the store
-	$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) $(OVERRIDES)
+	$(PY) -m kernelzoo.analyze experiment=$(NAME) "results_dir=$(RESULTS)" $(ANALYZE_ARGS)
 
 wheels: install  ## .whl/: the dependencies a GPU machine with torch may lack, as wheels (scripts/gpu_check.sh)
 	rm -rf .whl

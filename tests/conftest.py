@@ -101,9 +101,12 @@ def train(overrides: list, env: dict, timeout: float = 300) -> Result:
     return run_cmd([PYTHON, "-m", "kernelzoo.train", *overrides], env, timeout)
 
 
-def sweep(experiment: str, overrides: list, env: dict, timeout: float = 300) -> Result:
-    """``python -m kernelzoo.sweep <experiment> <overrides>``."""
-    return run_cmd([PYTHON, "-m", "kernelzoo.sweep", experiment, *overrides], env, timeout)
+def sweep(experiment: str, overrides: list, env: dict, timeout: float = 300,
+          analysis: bool = False) -> Result:
+    """``python -m kernelzoo.sweep <experiment> <overrides>``, without the analysis that follows
+    a sweep unless ``analysis`` (the tests of sweeping read the store, not the report)."""
+    return run_cmd([PYTHON, "-m", "kernelzoo.sweep", experiment, *overrides,
+                    *([] if analysis else ["--no-analysis"])], env, timeout)
 
 
 def analyze(overrides: list, env: dict, timeout: float = 300) -> Result:

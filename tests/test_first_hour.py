@@ -17,11 +17,19 @@ EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
 
 
 def test_a_sweep_reports_progress_per_job_without_a_terminal(smoke_results):
-    """The session's smoke sweep ran with its output piped (no TTY): one progress line per job,
-    k/N with elapsed and ETA."""
+    """The session's smoke sweep ran with its output piped (no TTY): one progress line per job
+    (two packs of 2 runs, two points alone, one of them infeasible), k/N runs with elapsed and
+    ETA, k counting every run of the job; one start line per job that trains, a pack's other
+    run in its log."""
+    out = smoke_results.result.stdout
     lines = re.findall(r"^progress: (\d+)/(\d+) runs, elapsed [\d.]+ (?:s|min), ETA [\d.]+ "
-                       r"(?:s|min)$", smoke_results.result.stdout, re.M)
-    assert [int(k) for k, _ in lines] == list(range(1, 7)) and {n for _, n in lines} == {"6"}
+                       r"(?:s|min)$", out, re.M)
+    ks = [0] + [int(k) for k, _ in lines]
+    assert sorted(b - a for a, b in zip(ks, ks[1:])) == [1, 1, 2, 2], lines
+    assert {n for _, n in lines} == {"6"}
+    starts = re.findall(r"^run \S+: cpu, 1 thread of \d+ cores?(.*)$", out, re.M)
+    assert sorted(starts) == ["", ", a pack of 2 (with 1 other: train.log)",
+                              ", a pack of 2 (with 1 other: train.log)"], out
 
 
 def test_the_eta_weighs_runs_by_their_work(tmp_path, monkeypatch):

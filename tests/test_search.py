@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from kernelzoo.analyze import loss_failure
-from kernelzoo.analysis.capacity import accuracy_failing, failing
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, accuracy_failing, failing
 from hydra_plugins.kernelzoo_sweeper._search import (Observation, Peak, Probe, SearchConf, Spec,
                                                      Verdict, default_resolution, make_spec,
                                                      next_probes, search_views)
@@ -367,3 +367,46 @@ def test_observation_rules_are_the_analysis_rules():
     assert Observation(1e-3, 0.5).keys_retrieved(40) == 20.0
     assert Observation(1e-3, 1.0, diverged=True).keys_retrieved(40) == 0.0
     assert Observation(1e-3, None).keys_retrieved(40) == 0.0
+
+
+@pytest.mark.parametrize("asked", [("loss",), ("loss", "accuracy")])
+def test_a_search_asks_only_for_the_probes_of_the_views_asked_for(asked):
+    """``search.views`` on the diluted series (accuracy and keys retrieved hold to 2 x d_dot,
+    the loss fails at 13): no probe is asked for by a view left out, each view asked for is
+    located as in a search of every view, and the search costs fewer probes."""
+    grid = [4, 80]
+    s = make_spec(SearchConf(name="bisect", views=list(asked)), 32, 32, grid)
+    assert s.views == asked
+    views, probes, _ = run_views(s, diluted(13, 64))
+    _, every, _ = run_views(make_spec(SearchConf(name="bisect"), 32, 32, grid), diluted(13, 64))
+    assert set(views.verdicts) == set(asked)
+    check_located(views.verdicts["loss"], 13, s.resolution)
+    if "accuracy" in asked:
+        check_located(views.verdicts["accuracy"], 65, s.resolution)
+    left_out = [VIEW_WORDS[v] for v in VIEWS if v not in asked]
+    assert not any(why_of(why, word) for _, why in probes for word in left_out), probes
+    assert len(probes) < len(every), (probes, every)
+
+
+def test_a_view_the_search_left_out_is_marked_not_searched():
+    """The analysis of a loss-only search: the accuracy and keys retrieved views are
+    ``not_searched`` (the report says so), not the bounds their probes would give."""
+    import pandas as pd
+
+    from kernelzoo.analysis.capacity import combine, seed_table
+    from kernelzoo.analysis.report import observed
+
+    runs = pd.DataFrame({"label": "ELU+1", "seed": 1, "status": "converged",
+                         "n_keys": [8, 16, 20], "final_eval_loss": [1e-4, 1e-3, 0.5],
+                         "final_eval_accuracy": [1.0, 1.0, 1.0], "search_views": "loss"})
+    [row] = seed_table(runs, 0.01, 0.99).to_dict("records")
+    assert row["outcome"] == "fails_at" and 16 < row["value"] < 20
+    assert row["outcome_acc"] == row["outcome_keys"] == "not_searched"
+    assert math.isnan(row["value_acc"]) and math.isnan(row["value_keys"])
+    [every] = seed_table(runs.drop(columns="search_views"), 0.01, 0.99).to_dict("records")
+    assert every["outcome_acc"] == "never_fails"  # what a grid's runs would say: a bound
+    assert combine(["not_searched", "not_searched"]) == "not_searched"
+    assert combine(["no_data", "fails_at"]) == "fails_at"
+    cell = pd.Series({"observed_capacity_acc": math.nan, "outcome_acc": "not_searched",
+                      "ci_low_acc": math.nan, "ci_high_acc": math.nan, "n_seeds": 1})
+    assert observed(cell, "accuracy") == "not searched"

@@ -149,3 +149,27 @@ def test_two_searches_on_one_store_keep_each_others_located_verdicts():
         "elu-1": theirs, "other": {"probes": []}, "dpfp-1": ours}
     better = {**theirs, "verdicts": {**theirs["verdicts"], "keys_retrieved": found}}
     assert merged(stored, {"elu-1": better})["elu-1"] == better
+
+
+@pytest.mark.slow
+def test_a_loss_only_search_trains_only_what_the_loss_view_asks_for(tmp_path, cli_env):
+    """``search.views=[loss]`` on smoke's ELU+1 and DPFP-1 (d_key 4): every probe trained was
+    asked for by the loss view, the other views are recorded ``not_searched`` and the report
+    says "not searched" for them instead of a bound."""
+    results = tmp_path / "results"
+    res = sweep("smoke", smoke_args(results, "search=bisect", "search.views=[loss]", "grids=[0]"),
+                cli_env, analysis=True)
+    assert res.returncode == 0, res.explain()
+    series = probes_of(results)
+    assert len(series) == 2
+    trained = {rid for rid, _ in DONE.findall(res.stdout)}
+    probed = [p for s in series.values() for p in s["probes"]]
+    assert {p["run_id"] for p in probed} == trained
+    assert all(p["why"].startswith("loss: ") and "; " not in p["why"] for p in probed), probed
+    for s in series.values():
+        assert s["spec"]["views"] == ["loss"]
+        assert s["verdicts"]["accuracy"] == s["verdicts"]["keys_retrieved"] == \
+            {"outcome": "not_searched"}
+        assert s["verdict"] == s["verdicts"]["loss"] and s["verdict"]["outcome"] != "not_searched"
+    table = (results / "smoke" / "report.md").read_text()
+    assert table.count("not searched") >= 4, table

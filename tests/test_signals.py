@@ -6,6 +6,7 @@ completes them."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -215,3 +216,69 @@ def test_sigterm_during_the_analysis_leaves_no_part_of_a_file(tmp_path, cli_env)
         "kernelzoo-analyze: stopped by SIGTERM; every output written is whole (the old file or "
         "the new), and a rerun writes them all"]
     assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["runs"]
+
+
+def test_an_interrupted_slurm_sweep_cancels_the_jobs_it_submitted(tmp_path, monkeypatch):
+    """The folders submitit made for this sweep's array tasks (``<array id>_<task>``) name the
+    arrays to scancel; an older sweep's folder and other files are left alone."""
+    import os
+    import time
+
+    from kernelzoo.records import interrupt
+
+    folder = tmp_path / "slurm"
+    for name in ("4211_0", "4211_1", "4212_0", "977_3"):
+        (folder / name).mkdir(parents=True)
+    (folder / "notes.txt").write_text("not a job\n")
+    old = time.time() - 3600
+    os.utime(folder / "977_3", (old, old))  # submitted by an earlier sweep
+    bin_dir, called = tmp_path / "bin", tmp_path / "scancel.args"
+    bin_dir.mkdir()
+    (bin_dir / "scancel").write_text(f"#!/bin/sh\necho \"$@\" > {called}\n")
+    (bin_dir / "scancel").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert interrupt.cancel_slurm_jobs(f"{folder}/%j", time.time() - 60) == ["4211", "4212"]
+    assert called.read_text().split() == ["4211", "4212"]
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert interrupt.cancel_slurm_jobs(f"{folder}/%j", time.time() - 60) == []
+
+
+def _submitit_tasks() -> list[int]:
+    """The pids of submitit's task processes (``python -m submitit.core._submit``)."""
+    found = []
+    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if b"submitit.core._submit" in cmd.read_bytes():
+                found.append(int(cmd.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_warned_submitit_job_checkpoints_and_is_requeued(tmp_path, cli_env, background):
+    """A fake time limit: SIGUSR2, the scheduler's warning, to a submitit_local job in flight.
+    The run checkpoints at its next evaluation and says so in one line with its step, submitit
+    requeues the job (max_num_timeout), and the requeued job continues the run from that step
+    to its end: one summary, one resume. (~60 s.)"""
+    results = tmp_path / "results"
+    sweep = background([PYTHON, "-m", "kernelzoo.sweep", "smoke", f"results_dir={results}",
+                        "launcher=submitit_local", "grids=[0]", "feature_map=elu", "n_keys=6",
+                        "+hydra.launcher.max_num_timeout=3", "trainer.max_steps=20000",
+                        "trainer.patience=1000", "trainer.stop_loss=1e-12", "--no-analysis"],
+                       cli_env, "sweep")
+
+    def training(_) -> bool:
+        curves = list((results / "smoke" / "runs").glob("*/curve.csv"))
+        return bool(curves) and len(curves[0].read_text().splitlines()) > 3
+    assert sweep.wait_for(training, timeout=300, poll=0.1), sweep.stdout + sweep.stderr
+    [task] = [pid for pid in _submitit_tasks() if pid in interrupt.descendants(sweep.proc.pid)]
+    os.kill(task, signal.SIGUSR2)
+    assert sweep.wait(timeout=400) == 0, sweep.stdout + sweep.stderr
+    log = "".join(p.read_text() for p in (results / "smoke" / "submitit").rglob("*_log.out"))
+    [(rid, step)] = re.findall(r"^timed out (\S+): checkpointed at step (\d+); the requeued job "
+                               r"continues from there$", log, re.M)
+    assert re.search(rf"^resume {re.escape(rid)}: from its checkpoint at step {step} ", log, re.M)
+    summary = store.read_summary(results / "smoke" / "runs" / rid)
+    assert (summary["status"], summary["steps"], summary["resumes"]) == ("max_steps", 20000, 1)
+    assert 0 < int(step) < 20000

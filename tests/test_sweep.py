@@ -201,6 +201,30 @@ def test_submitit_local_launcher(smoke_results, tmp_path, cli_env):
     assert list((results / "smoke" / "submitit").iterdir()), "no submitit job folders"
 
 
+def test_a_dry_run_lists_a_slurm_array_without_slurm(tmp_path, cli_env):
+    """launcher=slurm dry_run=true where there is no srun: the array it would submit (its
+    settings, a job per pack) is listed, nothing is submitted or trained; without dry_run the
+    same command is refused in one line."""
+    env = {**cli_env, "PATH": str(Path(PYTHON).parent)}  # no srun, no sbatch
+    results = tmp_path / "results"
+    setup = "hydra.launcher.setup=['module load cuda','source ~/kz/.venv/bin/activate']"
+    res = sweep("smoke", [f"results_dir={results}", "launcher=slurm", "dry_run=true", setup,
+                          "hydra.launcher.qos=short"], env)
+    assert res.returncode == 0, res.explain()
+    head = next(line for line in res.stdout.splitlines() if line.startswith("slurm array "))
+    assert head.startswith("slurm array smoke: 4 jobs, partition=None account=None qos=short "
+                           "cpus_per_task=4 gpus_per_node=1 mem_gb=16 timeout_min=240 "
+                           "signal_delay_s=120 max_num_timeout=3 array_parallelism=64"), head
+    assert head.endswith("setup ['module load cuda', 'source ~/kz/.venv/bin/activate']")
+    jobs = re.findall(r"^  job (\d+): (.*)$", res.stdout, re.M)
+    assert [int(i) for i, _ in jobs] == [0, 1, 2, 3]
+    assert sum("pack_members=[[3,1]]" in j for _, j in jobs) == 2
+    assert all(" dry_run=" not in f" {j}" and "+experiments=smoke" in j for _, j in jobs), jobs
+    assert not list(results.rglob("summary.json")) and not (results / "smoke" / "slurm").exists()
+    res = sweep("smoke", [f"results_dir={results}", "launcher=slurm"], env)
+    assert res.returncode == 2 and "there is no srun here" in res.stderr, res.explain()
+
+
 # ----------------------------------------------------------------- make sweep
 
 @pytest.mark.skipif(ANALYZE_MISSING, reason="src/kernelzoo/analyze.py does not exist yet")
@@ -228,6 +252,33 @@ def test_make_sweep_smoke(smoke_results, tmp_path):
         rows = list(csv.DictReader(f))
     assert rows and {"feature_map", "observed_capacity", "outcome"} <= set(rows[0])
     assert {r["feature_map"] for r in rows} == {"elu", "dpfp"}
+
+
+README_SEARCH = re.compile(r'^\s+make sweep EXPERIMENT=(\w+) ARGS="([^"]*search=bisect[^"]*)"$', re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_readme_search_example_analyses_the_experiment_it_names(tmp_path, cli_env):
+    """README's search example, its ARGS as written, on smoke's first grid narrowed to elu: the
+    sweep runs under the name its ARGS give (``experiment=my_search``), and both ``make sweep``
+    and ``make plots`` with those ARGS analyse that experiment, not EXPERIMENT."""
+    experiment, args = README_SEARCH.search((REPO / "README.md").read_text()).groups()
+    assert experiment == "figure2" and "experiment=my_search" in args.split()
+    results = tmp_path / "results"
+    venv = Path(PYTHON).parents[1]
+    tiny = f"{args} grids=[0] feature_map=elu logger=none trainer.threads=1"
+    make = ["make", "-s", "-o", f"{venv}/.installed", f"VENV={venv}", "EXPERIMENT=smoke",
+            f"RESULTS={results}", f"ARGS={tiny}"]
+    res = run_cmd([*make[:4], "sweep", *make[4:]], cli_env, timeout=400)
+    assert res.returncode == 0, res.explain()
+    assert "sweep my_search finished" in res.stdout, res.explain()
+    assert f"analysed {len(run_ids(results, 'my_search'))} runs of my_search -> " in res.stdout
+    assert (results / "my_search" / "report.md").is_file()
+    assert sorted(p.name for p in results.iterdir()) == ["my_search"]  # no smoke store
+    res = run_cmd([*make[:4], "plots", *make[4:]], cli_env, timeout=400)
+    assert res.returncode == 0, res.explain()
+    assert "runs of my_search -> " in res.stdout, res.explain()
 
 
 @pytest.mark.slow

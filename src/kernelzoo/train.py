@@ -149,12 +149,16 @@ def train_claimed(todo: list[Member], echo):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     pack = f", a pack of {len(todo)}" if len(todo) > 1 else ""
     finished: list[tuple[int, str, dict]] = []
-    for m in todo:
+    # the console hears of a pack's first run, train.log of each; wandb's line is the sweep's
+    quiet = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    for i, m in enumerate(todo):
         header = (f"run {m.rid}: {device}, {plural(tr.threads, 'thread')} of "
-                  f"{plural(cores, 'core')}{pack}")
-        echo(header)
+                  f"{plural(cores, 'core')}{pack}" + (f" (with {plural(len(todo) - 1, 'other')}"
+                                                      ": train.log)" if pack and not i else ""))
+        if not i:
+            echo(header)
         LOG.info(header)
-        m.tracker = _tracker(m, echo)
+        m.tracker = _tracker(m, LOG.info if i or quiet else echo)
 
     def done(m: Member, fields: dict) -> None:
         summary = summary_of(m.cfg.experiment, m.plan.identity, m.rid, **fields,
@@ -275,6 +279,7 @@ def _app(cfg: DictConfig) -> list[str | None]:
     if in_sweep:
         interrupt.die_with_sweep()
         interrupt.survive_closed_output()  # a worker's output goes to the sweep's reader too
+        interrupt.checkpoint_on_warning()  # a submitit job: checkpoint, then be requeued
     try:
         outcomes = run(cfg)
     except (UsageError, OSError) as err:  # e.g. a damaged summary, a full disk
@@ -292,6 +297,7 @@ def _app(cfg: DictConfig) -> list[str | None]:
         return ["failed"] * len(members(cfg))
     if in_sweep and not cfg.dry_run:
         point = [o for o in config.task_overrides() if not o.startswith("pack_members=")]
+        line = None  # one progress line per job: its runs counted
         for c, (rid, _) in zip(members(cfg), outcomes):
             try:
                 if rid is not None:  # None: a pack member that failed, said above
@@ -299,9 +305,9 @@ def _app(cfg: DictConfig) -> list[str | None]:
                                       rid)
             except OSError as err:  # only a rerun's shortcut is lost: it composes the point again
                 print(f"warning: {files.one_line(err)}; the point is not indexed", file=sys.stderr)
-            line = progress.finished(HydraConfig.get().sweep.dir, step_cost(c.n_keys))
-            if line:
-                print(line)
+            line = progress.finished(HydraConfig.get().sweep.dir, step_cost(c.n_keys)) or line
+        if line:
+            print(line)
     return [summary["status"] if summary else None for _, summary in outcomes]
 
 

@@ -4,7 +4,8 @@ handful of runs instead of a whole grid. Pure logic: it never trains and never r
 A *series* is one configuration and seed. Given what its probes so far showed (n_keys -> final
 eval loss, accuracy and whether the run diverged: an ``Observation``), ``search_views`` returns
 the n_keys to train next, each with why, and the verdict of each *view* of capacity located so
-far; once every view is located it asks for nothing. The views are the analysis':
+far; once every view asked for (``Spec.views``, from ``search.views``: all three by default)
+is located it asks for nothing. The views are the analysis':
 
 - **loss**: a point fails when its run diverged or its final eval loss is missing or above tau
   (``capacity.failing``); the failure point is located by the rule below (``next_probes``);
@@ -78,6 +79,7 @@ class Spec:
     start: int | None = None
     threshold: float = 0.01
     accuracy_threshold: float = 0.99
+    views: tuple[str, ...] = VIEWS  # the views located (``search.views``)
 
     @property
     def bounded(self) -> bool:
@@ -126,7 +128,8 @@ def make_spec(conf: SearchConf, d_dot: float | None, d_key: int, grid_keys: list
     return Spec(d_dot=d_dot, d_key=d_key, min_keys=int(low), max_keys=int(high),
                 resolution=float(resolution), multiples=tuple(sorted(conf.multiples)),
                 start=conf.start, threshold=conf.threshold,
-                accuracy_threshold=conf.accuracy_threshold)
+                accuracy_threshold=conf.accuracy_threshold,
+                views=tuple(v for v in VIEWS if v in conf.views))
 
 
 @dataclass(frozen=True)
@@ -277,7 +280,8 @@ class Views:
 def search_views(spec: Spec, observations: dict[int, Observation]) -> Views:
     """The next round of one series: the union of each unlocated view's next probes, each
     probe's why naming the views that asked for it (``"accuracy: bisect [48, 64]"``), and the
-    verdict of every view located. Depends only on the set of observations."""
+    verdict of every view located. Only the views of ``spec.views`` are searched: the others
+    ask for nothing and have no verdict. Depends only on the set of observations."""
     usable = lambda value: value is not None and math.isfinite(value)  # noqa: E731
     kept = {n: o for n, o in observations.items() if not o.diverged}
     views = {
@@ -293,7 +297,7 @@ def search_views(spec: Spec, observations: dict[int, Observation]) -> Views:
     }
     wanted: dict[int, dict[str, list[str]]] = {}
     verdicts: dict[str, Verdict | Peak | None] = {}
-    for view in VIEWS:
+    for view in spec.views:
         nxt = views[view]()
         if isinstance(nxt, (Verdict, Peak)):
             verdicts[view] = nxt

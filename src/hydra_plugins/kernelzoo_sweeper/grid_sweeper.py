@@ -64,6 +64,31 @@ def batch_size(max_batch_size: int | None, launcher) -> int | None:
     return max(1, (cores or 1) // max(1, launcher.get("cpus_per_task") or 1))
 
 
+def launcher_words(cfg) -> str:
+    """How the jobs run, for the sweep's log line: the launcher and its parallelism."""
+    launcher = cfg.hydra.launcher
+    name = launcher._target_.rsplit(".", 1)[-1]
+    if name == "JoblibLauncher":
+        from joblib import effective_n_jobs
+
+        return f"{name}, {plural(effective_n_jobs(launcher.n_jobs), 'worker')} " \
+               f"(n_jobs={launcher.n_jobs})"
+    return name
+
+
+def slurm_array(cfg, jobs: list[list[str]], label: str = "") -> str:
+    """A dry run's listing of the SLURM array a launch would submit: its settings and each
+    job's overrides (a pack of runs), without SLURM."""
+    lc = cfg.hydra.launcher
+    keys = ("partition", "account", "qos", "cpus_per_task", "gpus_per_node", "mem_gb",
+            "timeout_min", "signal_delay_s", "max_num_timeout", "array_parallelism")
+    head = (f"slurm array {lc.name}{f' ({label})' if label else ''}: "
+            f"{plural(len(jobs), 'job')}, " + " ".join(f"{k}={lc.get(k)}" for k in keys)
+            + f", setup {list(lc.get('setup') or [])}")
+    listed = [[o for o in job if override_key(o) != "dry_run"] for job in jobs]
+    return "\n".join([head, *(f"  job {i}: {' '.join(job)}" for i, job in enumerate(listed))])
+
+
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
 
 
@@ -146,6 +171,7 @@ class GridSweeper(sweeper_base()):
             fail(str(err))
         if self.config.logger.name == "wandb" and not self.config.dry_run:
             tracking.check_server(self.config.results_dir)
+            print(tracking.where(self.config.results_dir, self.config.logger.project))
         interrupt.mark_sweep()  # its workers die with it, however it ends
         leftovers = shm.clean()
         if leftovers:
@@ -163,6 +189,8 @@ class GridSweeper(sweeper_base()):
             except store.StoreError as err:
                 fail(str(err))
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            if not self.config.dry_run:
+                print(f"logs: {sweep_dir}/<job>/train.log ({launcher_words(self.config)})")
             if search:
                 from .search_rounds import SearchRounds
 
@@ -185,6 +213,12 @@ class GridSweeper(sweeper_base()):
                                             {run_id: p for p, run_id in probes if run_id})
         except interrupt.Interrupted as stop:
             interrupt.stop_workers()
+            if self.config.hydra.launcher._target_.endswith(".SlurmLauncher"):
+                cancelled = interrupt.cancel_slurm_jobs(self.config.hydra.launcher.submitit_folder,
+                                                        start)
+                if cancelled:
+                    print(f"cancelled SLURM {plural(len(cancelled), 'job')} (scancel "
+                          f"{' '.join(cancelled)})", file=sys.stderr)
             record = {**rounds.record(), **chosen} if rounds else planned
             wall = time.time() - start
             self._record({**record, "interrupted": stop.name}, start, wall)
@@ -235,6 +269,9 @@ class GridSweeper(sweeper_base()):
         jobs = [p.overrides() for p in packed]
         batch = batch_size(self.max_batch_size, self.config.hydra.launcher)
         self.overrides = list(self.split_overrides_to_chunks(jobs, batch)) if jobs else []
+        if self.config.dry_run and self.config.hydra.launcher._target_.endswith(".SlurmLauncher"):
+            print(slurm_array(self.config, jobs, label))  # submits nothing
+            return returns
         while not self.is_done():
             batch = self.get_job_batch()
             try:

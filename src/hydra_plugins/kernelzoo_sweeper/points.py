@@ -60,9 +60,11 @@ class Composer:
         self.saved = self.current = HydraConfig.instance().cfg
 
     def _chooses(self, override) -> bool:
-        """True for an override that changes the defaults list (a config group, Hydra's own)."""
+        """True for an override that changes the defaults list (a config group, Hydra's own;
+        a group of a ``hydra.searchpath`` entry is known by the sweep's choices)."""
         return override.is_hydra_override() or \
-            self.loader.repository.group_exists(override.key_or_group)
+            self.loader.repository.group_exists(override.key_or_group) or \
+            override.key_or_group in self.master.hydra.runtime.choices
 
     def __call__(self, point: list[str]) -> DictConfig:
         parsed = self.parser.parse_overrides(point)
@@ -87,7 +89,7 @@ class Composer:
 
 def check_launcher(cfg: DictConfig) -> None:
     """The launcher settings that would fail only at launch, once directories exist: joblib's
-    n_jobs, a SLURM launcher where there is no SLURM."""
+    n_jobs, a SLURM launcher where there is no SLURM (a dry run submits nothing: it may)."""
     launcher = cfg.hydra.launcher
     name = launcher._target_.rsplit(".", 1)[-1]
     if name == "JoblibLauncher":
@@ -98,9 +100,9 @@ def check_launcher(cfg: DictConfig) -> None:
         except (TypeError, ValueError) as err:
             fail(f"hydra.launcher.n_jobs={launcher.n_jobs} is invalid ({err}); valid: -1 (a "
                  "worker per core) or an integer >= 1")
-    if name == "SlurmLauncher" and shutil.which("srun") is None:
+    if name == "SlurmLauncher" and shutil.which("srun") is None and not cfg.dry_run:
         fail("launcher=slurm but there is no srun here (not a SLURM cluster); valid: "
-             "launcher=basic, local or submitit_local")
+             "launcher=basic, local or submitit_local, or dry_run=true to list the array")
 
 
 def check_points(sweeper, points: list[list[str]]) -> dict[tuple, Plan | Infeasible]:

@@ -18,7 +18,8 @@ Each series is planned from the check of its first grid point (``points.py``), s
 composed exactly as its jobs will be. After every round it rewrites
 ``<results_dir>/<experiment>/search.json`` (atomic): per series its overrides, d_dot, range,
 resolution, the probes in order with round and reason (the views that asked for it), the loss
-view's verdict (``verdict``) and every view's (``verdicts``). The analysis reads it to say which
+view's verdict (``verdict``; the first view asked for when ``search.views`` leaves the loss out)
+and every view's (``verdicts``; ``not_searched`` for a view ``search.views`` leaves out). The analysis reads it to say which
 points were probed and why.
 """
 
@@ -41,6 +42,8 @@ from kernelzoo.records import files, history, store
 from .packs import Point
 from .points import fail, override_key, override_value
 from ._search import VIEWS, Observation, Probe, make_spec, search_views
+
+NOT_SEARCHED = {"outcome": "not_searched"}  # the verdict of a view search.views leaves out
 
 
 class Series:
@@ -229,11 +232,12 @@ class SearchRounds:
                 return []
             return [Probe(n, "record why the configuration is infeasible")]
         views = search_views(series.spec, series.observed)
-        series.verdicts = {v: None if verdict is None else
-                           {k: x for k, x in asdict(verdict).items() if x is not None}
-                           for v, verdict in views.verdicts.items()}
-        if views.located:
-            series.verdict, series.done = series.verdicts["loss"], True
+        series.verdicts = {v: NOT_SEARCHED for v in VIEWS} | {
+            v: None if verdict is None else
+            {k: x for k, x in asdict(verdict).items() if x is not None}
+            for v, verdict in views.verdicts.items()}
+        if views.located:  # the loss view's verdict, or the first view asked for
+            series.verdict, series.done = series.verdicts[series.spec.views[0]], True
             series.outcome = series.verdict["outcome"]
         return list(views.probes)
 

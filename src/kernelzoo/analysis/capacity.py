@@ -22,7 +22,8 @@ it ended (a stalled run included: see Stalls). Three views of its capacity:
   probe above that n_keys retrieves fewer, else "never_fails" (a lower bound).
 Outcomes: "fails_at" (a value), "never_fails" (a lower bound: the largest n tried),
 "fails_everywhere" (the first point already fails; an upper bound: the smallest n tried),
-"no_data". Seeds aggregate to the median of their values (bounds included) with the
+"no_data"; "not_searched" (a view the failure-point search was not asked to locate,
+``search.views``: its probes' values are no answer there). Seeds aggregate to the median of their values (bounds included) with the
 order-statistic interval of ``intervals.py`` (its level in ``ci_level``); a single seed's
 interval is its bracket [n_a, n_b] (a bound's, the bound itself). A configuration's outcome is
 its most common seed outcome (ties: fails_at, then fails_everywhere). Predicted capacity = the
@@ -89,6 +90,9 @@ class SeedResult:
     first_failure: float  # the grid n where the rule fires (NaN if it never does)
     last_pass: float      # the passing grid n just before it (fails_at only)
     noise: tuple = ()     # failing n below the failure point, each followed by a pass
+
+
+NOT_SEARCHED = SeedResult("not_searched", math.nan, math.nan, math.nan)
 
 
 def failure_point(n: np.ndarray, failing: np.ndarray, cross, cap: float = math.inf) -> SeedResult:
@@ -177,6 +181,9 @@ def seed_table(runs: pd.DataFrame, threshold: float, accuracy_threshold: float) 
         bound = group["rank_bound"].iloc[0] if "rank_bound" in group else math.nan
         views = series_results(group, threshold, accuracy_threshold,
                                math.inf if pd.isna(bound) else float(bound))
+        asked = set(",".join(group.get("search_views", pd.Series(dtype=str)).dropna())
+                    .split(",")) - {""} or set(VIEWS)  # a search's search.views; a grid: all
+        views = {v: r if v in asked else NOT_SEARCHED for v, r in views.items()}
         row = {"label": label, "seed": seed}
         for view, result in views.items():
             row.update({f"{k}{SUFFIX[view]}": v for k, v in vars(result).items()})
@@ -190,10 +197,12 @@ def aggregate(values) -> tuple[float, float, float, float]:
 
 
 def combine(outcomes) -> str:
-    """The most common seed outcome (ties in the order of OUTCOMES); no_data if none has data."""
-    counts = Counter(o for o in outcomes if o != "no_data")
+    """The most common seed outcome (ties in the order of OUTCOMES); not_searched or no_data if
+    none has data."""
+    outcomes = list(outcomes)
+    counts = Counter(o for o in outcomes if o not in ("no_data", "not_searched"))
     if not counts:
-        return "no_data"
+        return "not_searched" if "not_searched" in outcomes else "no_data"
     return max(OUTCOMES, key=lambda o: (counts[o], -OUTCOMES.index(o)))
 
 

@@ -301,8 +301,8 @@ def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float
     fig = Figure(figsize=(7, 5.5))
     ax = fig.add_subplot()
     fwm = capacity["update_rule"].eq("fwm")
-    rows = capacity[capacity["predicted_capacity"].notna() & (capacity["outcome"] != "no_data")
-                    & ~fwm]
+    rows = capacity[capacity["predicted_capacity"].notna()
+                    & ~capacity["outcome"].isin(("no_data", "not_searched")) & ~fwm]
     kinds = set()
     for row in rows.itertuples():
         x, y = float(row.predicted_capacity), row.observed_capacity

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo.analysis import (between_sizes, factorial, optimisation, scaling, tiers,
+from kernelzoo.analysis import (between_sizes, factorial, optimisation, protocol, scaling, tiers,
                                 update_rules)
 from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.records.files import StoreError, atomic_write_text
@@ -42,8 +42,8 @@ def observed(r, view: str = "loss") -> str:
     s = SUFFIX[view]
     value, outcome = getattr(r, f"observed_capacity{s}"), getattr(r, f"outcome{s}")
     low, high = getattr(r, f"ci_low{s}"), getattr(r, f"ci_high{s}")
-    if outcome == "no_data":
-        return "–"
+    if outcome in ("no_data", "not_searched"):
+        return "–" if outcome == "no_data" else "not searched"
     if r.n_seeds == 1:
         if outcome == "fails_at" and view != "keys_retrieved":
             return f"{cell(value)} (between {cell(low)} and {cell(high)})"
@@ -248,7 +248,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
     steps = int(runs["steps"].fillna(0).sum())
-    lines = [f"# Capacity analysis: `{experiment}`", "", "## What was run", "",
+    lines = [f"# Capacity analysis: `{experiment}`", "", protocol.line(runs), "", "## What was run", "",
              f"- {plural(len(runs), 'run')} with a summary ({status}); "
              f"{plural(len(capacity), 'configuration')}.",
              f"- d_key: {', '.join(map(str, sorted(runs['d_key'].unique())))}; update rules: "

@@ -17,7 +17,7 @@ import pandas as pd
 
 from kernelzoo import config
 from kernelzoo.analysis import settings
-from kernelzoo.analysis.capacity import CONFIG_KEYS
+from kernelzoo.analysis.capacity import CONFIG_KEYS, VIEWS
 from kernelzoo.analysis.style import (canonical_params, format_value, map_label, query_rank,
                                       sizing_param)
 from kernelzoo.records.files import StoreError
@@ -87,6 +87,10 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
     runs["probe_round"] = [probes.get(r, {}).get("round") for r in runs["run_id"]]
     runs["probe_round"] = runs["probe_round"].astype("Int64")
     runs["probe_why"] = [probes.get(r, {}).get("why") for r in runs["run_id"]]
+    asked = {p["run_id"]: ",".join((series.get("spec") or {}).get("views") or VIEWS)
+             for series in search.values() for p in series["probes"]
+             if isinstance(p, dict) and "run_id" in p}  # search.views: the views it located
+    runs["search_views"] = [asked.get(r) for r in runs["run_id"]]
     for key in ("d_dot", "predicted_capacity"):
         runs[key] = runs[key].astype("Int64")
     runs["read_rank"] = pd.Series(

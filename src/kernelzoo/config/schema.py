@@ -34,6 +34,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 CONF = Path(importlib.util.find_spec("kernelzoo.conf").submodule_search_locations[0])  # conf/
 EXPERIMENTS = CONF / "experiments"  # the named sweeps: the repo's experiments/, linked into conf/
 UPDATE_RULES = ("sum", "delta", "fwm")
+VIEWS = ("loss", "accuracy", "keys_retrieved")  # of capacity (analysis.capacity), as searched
 NORMALISATIONS = ("attention", "sum", "none")
 SEED_MAX = 2**63 - 1  # torch generators take 64 bits; the evaluation stream adds an offset
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -164,6 +165,8 @@ class SearchConf:
     accuracy_threshold: float = rule(0.99, "a number in (0, 1]",  # the accuracy view's
                                      lambda v: 0 < v <= 1)  # (the analysis' accuracy criterion)
     max_rounds: int = count(40)
+    views: list[str] = rule(list(VIEWS), f"a non-empty list of {', '.join(VIEWS)}, e.g. "
+                            "search.views=[loss]", lambda v: 0 < len(v) and set(v) <= set(VIEWS))
 
 
 @dataclass

@@ -7,7 +7,8 @@ main thread, wherever it is: in the training loop, or in a launcher waiting for 
 Every layer then unwinds as it does for Ctrl-C: the run in flight writes no summary (a rerun
 continues it from its last checkpoint, ``checkpoint.py``, or starts it over) and releases its
 claim. The sweeper stops its workers with ``stop_workers`` (every
-descendant process: the launcher's workers, their helpers), records the interruption in
+descendant process: the launcher's workers, their helpers) and cancels the SLURM jobs it
+submitted (``cancel_slurm_jobs``), records the interruption in
 ``sweep.json`` and says what was stopped; ``train.main`` prints that one line and exits with
 128 + the signal number. Further signals are ignored while this happens. A sweep killed
 outright (SIGKILL) runs none of this: its workers, marked at their start (``die_with_sweep``),
@@ -20,6 +21,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
+import shutil
+import subprocess
 import signal
 import sys
 import threading
@@ -186,6 +190,49 @@ def stop_workers(grace: float = 1.5) -> None:
         end = time.monotonic() + grace
         while time.monotonic() < end and any(_alive(pid) for pid in pids):
             time.sleep(0.05)
+
+
+_WARNED: list = []  # the scheduler's handler of its warning, once the warning came
+
+
+def checkpoint_on_warning() -> None:
+    """In a job whose scheduler warns it before its time limit or a preemption (SIGUSR2, which
+    submitit handles by requeueing the job): take the warning over, so that the runs checkpoint
+    at their next evaluation (``warned``), then hand it to submitit (``requeue``). Elsewhere
+    (no handler of SIGUSR2 installed) nothing changes."""
+    previous = signal.getsignal(signal.SIGUSR2)
+    if not callable(previous):
+        return
+
+    def handler(signum, frame):
+        if not _WARNED:
+            _WARNED.append(lambda: previous(signum, frame))
+
+    signal.signal(signal.SIGUSR2, handler)
+
+
+def warned() -> bool:
+    """True once the scheduler has warned this job (``checkpoint_on_warning``)."""
+    return bool(_WARNED)
+
+
+def requeue() -> None:
+    """Hand the warning to submitit's handler: it requeues the job and ends this process."""
+    _WARNED[0]()
+
+
+def cancel_slurm_jobs(folder: str | Path, since: float) -> list[str]:
+    """``scancel`` the SLURM jobs a sweep submitted: the job ids that name the folders submitit
+    made under ``folder`` (``submitit_folder`` up to its ``%j``) since ``since`` (an array task's
+    folder, ``<array id>_<task>``, names its array). The ids cancelled; none without scancel."""
+    root = Path(str(folder).split("%j")[0])
+    ids = sorted({d.name.split("_")[0] for d in (root.iterdir() if root.is_dir() else [])
+                  if d.is_dir() and d.name.split("_")[0].isdigit()
+                  and d.stat().st_mtime >= since - 1})
+    if ids and shutil.which("scancel"):
+        subprocess.run(["scancel", *ids], check=False, timeout=60)
+        return ids
+    return []
 
 
 def _status(pid: int) -> str:

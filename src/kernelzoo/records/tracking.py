@@ -2,7 +2,8 @@
 
 Mode: ``WANDB_MODE`` when set; otherwise ``online`` when the user is logged in (an API key in
 ``WANDB_API_KEY`` or in ``~/.netrc`` for the wandb host), else ``offline``. Never hard-coded.
-Offline files go under ``<results_dir>/wandb`` and ``make sync`` uploads them.
+Offline files go under ``<results_dir>/wandb`` and ``make sync`` uploads them (``SYNC``: in a
+checkout; installed with pip, ``wandb sync`` does).
 
 Without network, online runs would each wait for wandb's timeout. So before going online a
 process checks that the server (or the proxy to it) answers a TCP connection within a few
@@ -30,7 +31,12 @@ from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
 
+from kernelzoo.config import CONF
 from kernelzoo.records import files
+
+# how offline runs are uploaded, as this installation can: make in a checkout, else wandb's own
+SYNC = "`make sync`" if (CONF.parent / "Makefile").is_file() else \
+    "`wandb sync <results_dir>/wandb/offline-run-*`"
 
 PROJECT = "kernelzoo"
 CONNECT_TIMEOUT = 3.0  # seconds for the server to answer
@@ -71,7 +77,7 @@ def _chosen_mode() -> tuple[str, str]:
     if os.environ.get("WANDB_MODE"):
         return os.environ["WANDB_MODE"], "WANDB_MODE is set"
     if not logged_in():
-        return "offline", "not logged in to wandb (run `wandb login`, then `make sync`)"
+        return "offline", f"not logged in to wandb (run `wandb login`, then {SYNC})"
     return "online", "logged in to wandb"
 
 
@@ -81,7 +87,7 @@ def resolve_mode(results_dir: str | Path | None = None) -> tuple[str, str]:
     mode, why = _chosen_mode()
     since = _unreachable_since(results_dir) if results_dir is not None else None
     if mode == "online" and since:
-        return "offline", (f"the wandb server was unreachable at {since}; `make sync` uploads "
+        return "offline", (f"the wandb server was unreachable at {since}; {SYNC} uploads "
                            f"later, or remove {marker(results_dir)} to retry at once")
     return mode, why
 
@@ -115,7 +121,7 @@ def _go_offline(results_dir: str | Path, problem: str) -> None:
     files.atomic_write_text(marker(results_dir), f"{server_url()}: {problem}\n")
     print(f"warning: wandb server {server_url()} unreachable ({problem}); this run and the "
           f"rest of the sweep log offline to {Path(results_dir) / 'wandb'} for "
-          f"{OFFLINE_FOR // 60} min (`make sync` uploads them)", file=sys.stderr)
+          f"{OFFLINE_FOR // 60} min ({SYNC} uploads them)", file=sys.stderr)
 
 
 def check_server(results_dir: str | Path) -> None:
@@ -128,6 +134,13 @@ def check_server(results_dir: str | Path) -> None:
         _go_offline(results_dir, problem)
     else:
         marker(results_dir).unlink(missing_ok=True)
+
+
+def where(results_dir: str | Path, project: str = PROJECT) -> str:
+    """One line for a sweep: where its runs log (each run's own line goes to its train.log)."""
+    mode, why = resolve_mode(results_dir)
+    to = {"offline": str(Path(results_dir) / "wandb"), "online": f"project {project}"}
+    return f"wandb: {mode} ({why})" + (f" -> {to[mode]}" if mode in to else "")
 
 
 class Tracker:

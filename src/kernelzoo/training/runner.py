@@ -5,7 +5,9 @@
 first of: eval loss <= ``stop_loss`` (converged), more than ``patience`` evaluations without
 improvement (plateau), ``max_steps`` (max_steps), a non-finite loss (diverged). Every
 ``checkpoint_minutes`` it checkpoints the runs at an evaluation, and a run claimed with a
-checkpoint continues from it (``checkpoint.py``).
+checkpoint continues from it (``checkpoint.py``). Warned by its scheduler of the time limit
+(``interrupt.checkpoint_on_warning``), a job checkpoints its runs at the next evaluation, says so
+in one line per run, and is requeued.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from kernelzoo.core import diagnostics
-from kernelzoo.records import files, store, summary, tracking
+from kernelzoo.records import files, interrupt, store, summary, tracking
 from kernelzoo.training import checkpoint
 from kernelzoo.config import TrainerConf
 from kernelzoo.training.devices import flushes_denormals
@@ -298,10 +300,18 @@ def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
                 runs = [run for i, run in enumerate(runs) if i not in leaving]
                 window = window[[i for i in range(window.shape[0]) if i not in leaving]]
             if tr.checkpoint_minutes is not None and \
-                    time.perf_counter() - saved >= 60 * tr.checkpoint_minutes:
+                    time.perf_counter() - saved >= 60 * tr.checkpoint_minutes or \
+                    interrupt.warned():
                 for i, run in enumerate(runs):
                     checkpoint.write(run.m.path, {**run.state(), "adam": pack.adam_state(i, opt)})
                 saved = time.perf_counter()
+            if interrupt.warned():  # the scheduler's time limit (or a preemption) is near
+                for run in runs:
+                    line = (f"timed out {run.m.rid}: checkpointed at step {step}; the requeued "
+                            "job continues from there")
+                    print(line, flush=True)
+                    LOG.info(line)
+                interrupt.requeue()
             torch.set_flush_denormal(flush[True])
             t_window = time.perf_counter()
     finally:
