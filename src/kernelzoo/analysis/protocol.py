@@ -17,7 +17,7 @@ import pandas as pd
 
 from kernelzoo.config import TrainerConf
 from kernelzoo.analysis.style import format_value
-from kernelzoo.words import plural
+from kernelzoo.config.words import plural
 
 PUBLISHED = {f"trainer.{f.name}": f.default for f in fields(TrainerConf)}
 

@@ -5,10 +5,10 @@
 from kernelzoo.config.schema import (CONF, EXPERIMENTS, NORMALISATIONS, UPDATE_RULES,
                                      AnalyzeConfig, Config, LoggerConf, MemoryConf, SearchConf,
                                      TaskConf, TrainerConf, UsageError, as_job, check, check_chdir,
-                                     compose, describe, is_name, sequence_lengths,
-                                     task_overrides, writable)
+                                     check_store_place, compose, describe, expand_home, is_name,
+                                     sequence_lengths, task_overrides, writable)
 
 __all__ = ["CONF", "EXPERIMENTS", "NORMALISATIONS", "UPDATE_RULES", "AnalyzeConfig", "Config",
            "LoggerConf", "MemoryConf", "SearchConf", "TaskConf", "TrainerConf", "UsageError",
-           "as_job", "check", "check_chdir", "compose", "describe", "is_name", "sequence_lengths",
-           "task_overrides", "writable"]
+           "as_job", "check", "check_chdir", "check_store_place", "compose", "describe",
+           "expand_home", "is_name", "sequence_lengths", "task_overrides", "writable"]
