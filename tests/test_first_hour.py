@@ -127,7 +127,9 @@ def test_make_takes_a_results_directory_with_a_space(cli_env):
     """``make sweep RESULTS="a dir"`` gave Hydra two words, and an error without a hint."""
     res = run_cmd(["make", "-n", "sweep", "RESULTS=/tmp/a dir"], cli_env)
     assert res.returncode == 0, res.explain()
-    assert '-m kernelzoo.sweep quick "results_dir=/tmp/a dir"' in res.stdout
+    assert '-m kernelzoo.sweep quick "results_dir=/tmp/a dir"' in res.stdout  # it analyses too
+    res = run_cmd(["make", "-n", "plots", "RESULTS=/tmp/a dir"], cli_env)
+    assert res.returncode == 0, res.explain()
     assert '-m kernelzoo.analyze experiment=quick "results_dir=/tmp/a dir"' in res.stdout
 
 

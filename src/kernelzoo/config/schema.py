@@ -362,7 +362,7 @@ def check_store_place(cfg: DictConfig) -> None:
     written among the shipped configs and read by every later composition, or a ``conf/``
     made in the package would hide them."""
     where = Path(os.path.abspath(os.path.join(str(cfg.results_dir), str(cfg.experiment))))
-    package = Path(__file__).parent  # a conf/ made there would hide the shipped one
+    package = Path(__file__).parents[1]  # kernelzoo/: a conf/ made there would hide the shipped one
     for tree in (CONF, EXPERIMENTS, package):  # experiments/ is linked into conf/
         conf = Path(os.path.realpath(tree))
         if where.is_relative_to(conf) or Path(os.path.realpath(where)).is_relative_to(conf):
