@@ -250,3 +250,18 @@ def test_ctrl_c_is_one_line(stores, monkeypatch, capsys):
     assert capsys.readouterr().err == (
         f"interrupted: each run and record written into {stores[0]} so far is whole; the same "
         "command finishes the merge\n")
+
+
+def test_a_link_planted_as_a_records_lock_is_not_written_through(stores, tmp_path):
+    """A record's lock file is opened for writing: through a link planted under its name it
+    would empty what the link points to (filelock 3.x), or fail (4.x). It is removed, the
+    merge goes on and the file it pointed to is untouched."""
+    ref, pending = stores
+    victim = tmp_path / "thesis.tex"
+    victim.write_text("years of work\n")
+    for name in ("sweep.json.lock", "search.json.lock"):
+        (ref / name).unlink(missing_ok=True)
+        (ref / name).symlink_to(victim)
+    assert len(merge(pending, ref).copied) == 3
+    assert victim.read_text() == "years of work\n"
+    assert not any((ref / n).is_symlink() for n in ("sweep.json.lock", "search.json.lock"))

@@ -30,7 +30,6 @@ from collections import Counter
 from concurrent.futures import BrokenExecutor
 from pathlib import Path
 
-from filelock import FileLock
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobStatus
 from hydra.errors import HydraException
@@ -314,7 +313,7 @@ class GridSweeper(sweeper_base()):
                       "stall_checks": self.stall_checks}
         path = history.sweep_file(store.experiment_dir(self.config.results_dir,
                                                      self.config.experiment))
-        with FileLock(str(path) + ".lock"):  # two sweeps on one store each keep their record
+        with files.lock(str(path) + ".lock"):  # two sweeps on one store each keep their record
             try:
                 past = history.read_sweep(path.parent) or {"invocations": []}
             except store.StoreError as err:

@@ -31,7 +31,6 @@ import sys
 from collections import Counter
 from dataclasses import asdict
 
-from filelock import FileLock
 from omegaconf import OmegaConf
 
 from kernelzoo import config
@@ -277,7 +276,7 @@ class SearchRounds:
         if self.config.dry_run:
             return
         path = history.search_file(self.exp_dir)
-        with FileLock(str(path) + ".lock"):  # keep the series of another sweep on this store
+        with files.lock(str(path) + ".lock"):  # keep the series of another sweep on this store
             try:
                 series = history.read_search(self.exp_dir) or {}
             except store.StoreError as err:

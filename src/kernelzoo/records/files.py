@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
+from filelock import FileLock
+
 from kernelzoo.records.loaders import load_json
 
 
@@ -66,6 +68,15 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
         if isinstance(err, OSError):
             raise OSError(err.errno, err.strerror or str(err), str(path)) from None
         raise
+
+
+def lock(path: str | Path, timeout: float = -1) -> FileLock:
+    """A FileLock on the file ``path`` (a record's ``.lock``, a run's ``.claim``) that never
+    opens a link planted under its name: the link is removed first (a lock file is opened for
+    writing and truncated, which through a link would empty what it points to)."""
+    if os.path.islink(path):
+        os.unlink(path)
+    return FileLock(str(path), timeout=timeout)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -28,10 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import FileLock
-
 from kernelzoo.records import history, store
-from kernelzoo.records.files import (StoreError, atomic_write_text, check_tree, copy_tree,
+from kernelzoo.records.files import (StoreError, atomic_write_text, check_tree, copy_tree, lock,
                                      read_bytes)
 
 LEFT_BEHIND = (".claim", "checkpoint.pt")  # a run's lock, and what only a rerun would read
@@ -112,8 +110,7 @@ def merge(source: str | Path, target: str | Path) -> Merged:
         raise StoreError(f"{source}: no runs/ to merge; valid: an experiment directory of a "
                          "results store, <results_dir>/<experiment>")
     target.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{history.search_file(target)}.lock"), \
-            FileLock(f"{history.sweep_file(target)}.lock"):
+    with lock(f"{history.search_file(target)}.lock"), lock(f"{history.sweep_file(target)}.lock"):
         return _merge(source, target)
 
 

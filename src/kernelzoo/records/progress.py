@@ -15,9 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from filelock import FileLock
-
-from kernelzoo.records.files import StoreError, atomic_write_text, read_text
+from kernelzoo.records.files import StoreError, atomic_write_text, lock, read_text
 from kernelzoo.records.loaders import load_json
 
 FILE = "progress.json"
@@ -29,7 +27,7 @@ def start(sweep_dir: str | Path, total: int, label: str = "", work: float | None
     cannot be written (a full disk), jobs print none."""
     path = Path(sweep_dir) / FILE
     try:
-        with FileLock(str(path) + ".lock"):
+        with lock(str(path) + ".lock"):
             atomic_write_text(path, json.dumps({
                 "total": total, "done": 0, "work": total if work is None else work,
                 "work_done": 0.0, "label": label, "started": time.time()}) + "\n")
@@ -44,7 +42,7 @@ def finished(sweep_dir: str | Path, work: float = 1.0) -> str | None:
     largest runs first, so a mean time per run would overstate it."""
     path = Path(sweep_dir) / FILE
     try:
-        with FileLock(str(path) + ".lock", timeout=10):
+        with lock(str(path) + ".lock", timeout=10):
             state = load_json(read_text(path))
             state["done"] += 1
             state["work_done"] += work

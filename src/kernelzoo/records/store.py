@@ -32,10 +32,11 @@ import shutil
 from pathlib import Path
 
 import yaml
-from filelock import FileLock, Timeout
+from filelock import Timeout
 
 from kernelzoo.config import CONF, EXPERIMENTS, is_name
 from kernelzoo.records import summary as summary_schema
+from kernelzoo.records import files
 from kernelzoo.records.files import StoreError, atomic_write_text, one_line, read_text
 from kernelzoo.records.loaders import load_json, load_yaml
 
@@ -307,10 +308,7 @@ class Claim:
 
     def __init__(self, path: Path):
         path.mkdir(parents=True, exist_ok=True)
-        lock = path / ".claim"
-        if lock.is_symlink():  # the lock's open truncates: never through a link
-            lock.unlink()
-        self.lock = FileLock(str(path / ".claim"), timeout=0)
+        self.lock = files.lock(path / ".claim", timeout=0)  # never through a planted link
 
     def __enter__(self) -> bool:
         try:
