@@ -15,11 +15,15 @@ from dataclasses import fields
 
 import pandas as pd
 
-from kernelzoo.config import TrainerConf
-from kernelzoo.analysis.style import format_value
+from kernelzoo.config import TrainerConf, show
 from kernelzoo.config.words import plural
 
 PUBLISHED = {f"trainer.{f.name}": f.default for f in fields(TrainerConf)}
+
+
+def format_value(value) -> str:
+    """A setting as a command line would give it: 3000, 0.001, true, null."""
+    return f"{value:g}" if isinstance(value, float) else show(value)
 
 
 def departures(runs: pd.DataFrame) -> dict[str, list[str]]:

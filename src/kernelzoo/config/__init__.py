@@ -6,9 +6,10 @@ from kernelzoo.config.schema import (CONF, EXPERIMENTS, NORMALISATIONS, UPDATE_R
                                      AnalyzeConfig, Config, LoggerConf, MemoryConf, SearchConf,
                                      TaskConf, TrainerConf, UsageError, as_job, check, check_chdir,
                                      check_store_place, compose, describe, expand_home, is_name,
-                                     sequence_lengths, task_overrides, writable)
+                                     sequence_lengths, show, task_overrides, writable)
 
 __all__ = ["CONF", "EXPERIMENTS", "NORMALISATIONS", "UPDATE_RULES", "AnalyzeConfig", "Config",
            "LoggerConf", "MemoryConf", "SearchConf", "TaskConf", "TrainerConf", "UsageError",
            "as_job", "check", "check_chdir", "check_store_place", "compose", "describe",
-           "expand_home", "is_name", "sequence_lengths", "task_overrides", "writable"]
+           "expand_home", "is_name", "sequence_lengths", "show", "task_overrides",
+           "writable"]
