@@ -12,10 +12,11 @@ import pytest
 from matplotlib.figure import Figure
 from synthetic import analyze_store, write_run, write_series
 
-from kernelzoo import analyze
-from kernelzoo.analysis import efficiency, heatmaps, plots, published, style
+from kernelzoo.analysis import efficiency, published
+from kernelzoo.report import heatmaps, plots, style
 from kernelzoo.analysis.capacity import capacity_table, seed_table
-from kernelzoo.analysis.report import markdown_table
+from kernelzoo.report.markdown import markdown_table
+from kernelzoo.analysis.runs import load_runs
 
 TAU = 0.01
 GRID = [20, 40, 60, 80, 100, 120, 140]
@@ -92,7 +93,7 @@ def test_published_column_is_the_rule_over_the_published_losses(analysed):
 
 def test_no_published_column_where_no_configuration_is_the_authors(tmp_path):
     write_series(tmp_path / "q", {n: 1e-4 if n <= 60 else 0.3 for n in GRID}, d_key=16, d_dot=16)
-    runs, _, _ = analyze.load_runs(tmp_path / "q")
+    runs, _, _ = load_runs(tmp_path / "q")
     assert published.points(runs).empty
     table = published.capacity_columns(capacity_table(
         runs, seed_table(runs, TAU, 0.99)), published.points(runs), None)

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from synthetic import analyze_store, write_series
 
-from kernelzoo import analyze
 from kernelzoo.analysis import scaling
 from kernelzoo.analysis.capacity import seed_table
+from kernelzoo.analysis.runs import load_runs
+from kernelzoo.report import figures as capacity_figures
 
 TAU = 0.01
 
@@ -44,7 +45,7 @@ RATIOS = (0.5 + 0.25 * math.log(100) / math.log(3000), 0.75 + 0.25 * math.log(10
 
 def test_families_group_what_d_dot_decides_and_fit_from_three_levels(tmp_path):
     write_family_store(tmp_path / "s")
-    runs, _, _ = analyze.load_runs(tmp_path / "s")
+    runs, _, _ = load_runs(tmp_path / "s")
     found = scaling.families(runs, seed_table(runs, TAU, 0.99))
     assert [(f.name, f.d_key, f.laws["loss"] is not None) for f in found] == [
         ("DPFP d_key=8", 8, False), ("DPFP d_key=16", 16, True), ("ELU+1", None, True)]
@@ -96,5 +97,5 @@ def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, ca
 
 
 def test_nearby_d_dot_levels_share_one_tick_labelled_with_their_range():
-    assert scaling._ticks([64, 65, 66, 128, 135, 136, 512]) == {64: "64-66", 128: "128-136",
+    assert capacity_figures._ticks([64, 65, 66, 128, 135, 136, 512]) == {64: "64-66", 128: "128-136",
                                                                 512: "512"}

@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 
-from kernelzoo.analyze import loss_failure
+from kernelzoo.analysis.capacity import loss_failure
 from kernelzoo.analysis.capacity import accuracy_failing, failing
 from kernelzoo.search import (Observation, Peak, Probe, SearchConf, Spec, Verdict,
                               default_resolution, make_spec, next_probes, search_views)

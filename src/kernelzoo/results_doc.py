@@ -32,8 +32,8 @@ from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.config import AnalyzeConfig
 from kernelzoo.records.files import atomic_write_text
 from kernelzoo.analysis.rankings import view_rhos
-from kernelzoo.analysis.report import observed, published
-from kernelzoo.analysis.style import bound, cell
+from kernelzoo.report.markdown import observed, published
+from kernelzoo.analysis.labels import bound, cell
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
@@ -228,10 +228,11 @@ def document(root: Path = ROOT) -> str:
 
 def analysis_document() -> str:
     """docs/analysis.md: every rule of the analysis, quoted from the module that applies it."""
-    from kernelzoo.analysis import capacity, intervals, rank_bound, rankings, report, stalls
+    from kernelzoo.analysis import capacity, intervals, rank_bound, rankings, stalls
+    from kernelzoo.report import markdown as report
     from kernelzoo.core import diagnostics
     from kernelzoo.analysis.rankings import HEADLINE_WHY
-    from kernelzoo.analysis.report import CAPTIONS, PUBLISHED_NOTE, REFERENCE_NOTE
+    from kernelzoo.report.markdown import CAPTIONS, PUBLISHED_NOTE, REFERENCE_NOTE
 
     def quoted(module, text: str) -> list[str]:
         return [f"(`src/{module.__name__.replace('.', '/')}.py`)", "", text.strip(), ""]

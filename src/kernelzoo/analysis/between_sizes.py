@@ -30,7 +30,7 @@ from scipy import stats
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.rankings import GAP, HEADLINE, diluted, efficiency_cell, limits, ranks
 from kernelzoo.analysis.efficiency import efficiency_order
-from kernelzoo.analysis.style import natural_key
+from kernelzoo.analysis.labels import natural_key
 
 RULE = __doc__.partition("---\n")[2].strip()
 

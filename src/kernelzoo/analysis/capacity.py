@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis.intervals import describe, median_interval
-from kernelzoo.analysis.style import natural_key
+from kernelzoo.analysis.labels import natural_key
 
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule", "lr")
 VIEWS = ("loss", "accuracy", "keys_retrieved")

@@ -42,7 +42,7 @@ seeds show (the others' runs unchanged) breaks that: when none of the tested see
 nothing tells the rise from none. With 3 seeds and a rise of delta that half the seeds carry,
 either test says "does not move" in 1 study in 8 to 10; so "does not move" says no level raises
 a typical seed's failure point by delta. The intervals' coverage, the rate of a false "does not
-move" and the power are checked by simulation with known truth (``coverage``), correlated
+move" and the power are checked by simulation with known truth (tests/simulations.py), correlated
 seeds, outliers and rises carried by some seeds included.
 """
 
@@ -57,7 +57,7 @@ from scipy import stats
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.published import PUBLISHED_LR, PUBLISHED_STOPPING
-from kernelzoo.analysis.style import cell, natural_key
+from kernelzoo.analysis.labels import cell, natural_key
 from kernelzoo.words import plural
 
 MARGIN = 0.1  # delta = MARGIN x d_dot keys
@@ -281,61 +281,3 @@ def cap_line(runs: pd.DataFrame) -> str:
             "steps under any larger cap, so doubling it changes "
             + ("no run here." if capped == 0 else
                f"only the {plural(capped, 'run')} that reached it."))
-
-
-def simulate(rng, studies: int, seeds: int, means, sds, noise: str = "normal",
-             outlier_rate: float = 0.0, outlier_factor: float = 0.5,
-             rho: float = 0.0) -> np.ndarray:
-    """Failure points of simulated studies with known truth, shape (studies, levels, seeds):
-    level j's seeds have mean ``means[j]`` and standard deviation ``sds[j]``,
-    normal or log-normal (``noise``, with that mean and sd); a seed's values at the levels
-    correlate by ``rho`` (a share of the noise is the seed's own, as when it draws the same
-    initialisation and data at every level); and stall-like outliers: with probability
-    ``outlier_rate`` a value is multiplied by ``outlier_factor``, each value on its own."""
-    means, sds = np.asarray(means, float)[:, None], np.asarray(sds, float)[:, None]
-    z = rng.standard_normal((studies, len(means), seeds))
-    if rho:
-        z = math.sqrt(1 - rho) * z + math.sqrt(rho) * rng.standard_normal((studies, 1, seeds))
-    if noise == "normal":
-        x = means + sds * z
-    else:
-        s = np.sqrt(np.log1p((sds / means) ** 2))
-        x = means * np.exp(s * z - s ** 2 / 2)
-    return np.where(rng.random(x.shape) < outlier_rate, x * outlier_factor, x)
-
-
-def coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_dot: float = 64.0,
-             rises=(0.0, 0.0, 0.0, 0.0), sd: float = 0.05, sd_ratios=(1.0, 0.5, 1.0, 2.0, 1.0),
-             noise: str = "normal", outlier_rate: float = 0.0, outlier_factor: float = 0.5,
-             rho: float = 0.0, moved_share: float = 1.0,
-             test: str = "welch") -> dict[str, float]:
-    """The test on ``studies`` simulated studies (``simulate``) with known truth. At the published level
-    the failure point has mean d_dot and sd ``sd`` x d_dot; at the m = len(rises) other levels
-    the mean is raised by ``rises[j]`` x delta (delta = MARGIN x d_dot) and the sd is
-    ``sd`` x d_dot x ``sd_ratios[j + 1]`` (``sd_ratios[0]``: the published level's); a seed's
-    values correlate by ``rho`` across levels. With ``moved_share`` below 1, a seed at another
-    level repeats its published value exactly (the run is the same run) unless, with that
-    probability, it moves, by ``rises[j]`` x delta / ``moved_share``: the mean rise is the same,
-    carried by a few seeds. The outliers shift every mean by the same factor, 1 - outlier_rate
-    (1 - outlier_factor): the true difference of the observed means is the rise times it; the
-    verdicts are judged against the rise itself. ``test``: a name in ``TESTS``. Reported: ``covers``, the share of (study, level) whose
-    two-sided 95% interval covers the true difference; ``upper``, the share whose one-sided 95%
-    upper bound lies above it; ``lower``, the share whose Bonferroni lower bound lies below it
-    (nominal 1 - 0.05/m); and the share of studies with each verdict (``moves``, ``does not
-    move``, ``undecided``)."""
-    rng = np.random.default_rng(seed)
-    delta, m = MARGIN * d_dot, len(rises)
-    rise = delta * np.concatenate([[0.0], np.asarray(rises, float)])
-    sds = sd * d_dot * np.asarray(sd_ratios, float)[:m + 1]
-    x = simulate(rng, studies, seeds, d_dot + rise / moved_share, sds, noise, outlier_rate,
-                 outlier_factor, rho)
-    x[:, 1:, :] = np.where(rng.random(x[:, 1:, :].shape) < moved_share, x[:, 1:, :],
-                           x[:, :1, :])
-    truth = rise[1:] * (1 - outlier_rate * (1 - outlier_factor))
-    found = TESTS[test](x[:, :1, :], x[:, 1:, :])
-    low95, high95 = bounds(found, 1 - ALPHA / 2)
-    lower, upper = bounds(found, 1 - ALPHA / m)[0], bounds(found, 1 - ALPHA)[1]
-    verdicts = decide(lower, upper, delta)
-    return {"covers": float(((low95 <= truth) & (truth <= high95)).mean()),
-            "upper": float((truth <= upper).mean()), "lower": float((lower <= truth).mean()),
-            **{v: float((verdicts == v).mean()) for v in VERDICTS}}

@@ -36,7 +36,7 @@ from scipy import stats
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.efficiency import efficiency_order
-from kernelzoo.analysis.style import bound, cell, natural_key, size_groups
+from kernelzoo.analysis.labels import bound, cell, natural_key, size_groups
 
 GAP = 2          # places between a configuration's best and worst rank that count as disagreement
 DILUTED = 1.5    # the accuracy view's failure point over the loss view's that counts as diluted

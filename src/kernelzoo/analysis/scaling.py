@@ -29,21 +29,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
-from kernelzoo.analysis.intervals import MIN_LEVELS, LevelLaw, describe, level_law, median_interval
-from kernelzoo.analysis.style import (bar_handles, canonical_params, config_colors, error_bar,
-                                      format_value, legend, map_label, natural_key, save,
-                                      size_groups, sizing_param)
+from kernelzoo.analysis.intervals import MIN_LEVELS, LevelLaw, level_law, median_interval
+from kernelzoo.analysis.labels import (canonical_params, format_value, map_label, natural_key,
+                                       sizing_param)
+
 
 MIN_D_DOTS = MIN_LEVELS
 COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n_points",
@@ -222,74 +216,6 @@ def section(found: list[Family]) -> list[str]:
                         f"{_ci(r.b, r.b_low, r.b_high, '.3f')}" if fitted else "– | –")
                      + f" | {test} | " + "; ".join(_level(x) for x in group.itertuples()) + " |")
     return lines + [""]
-
-
-def _ticks(levels: list[int]) -> dict[int, str]:
-    """One tick per size (``style.size_groups``: 64, 65 and 66 are one), at its smallest
-    level, labelled with its range."""
-    return {head: f"{head}-{g[-1]}" if len(g) > 1 else str(head)
-            for head, g in size_groups(levels).items()}
-
-
-def figure(found: list[Family], out_dir: Path) -> Path:
-    """``capacity_scaling``: one panel per view, failure point / d_dot against d_dot (log x, the
-    levels as ticks): each seed's ratio (small dots), each level's median with its
-    order-statistic interval (bars, their levels in the legend; a level of one seed has none),
-    the fitted law's ratio a d_dot^(b-1) with its 95% band where fitted, and 1 (dotted). The y
-    range is the points' and intervals', so a wide band is cut at the edge."""
-    shown = [f for f in found if f.points["d_dot"].nunique() >= 2]
-    colors = config_colors([f.name for f in shown])
-    fig = Figure(figsize=(13, 4.8))
-    axes = fig.subplots(1, len(VIEWS), sharey=True)
-    kinds, drawn = set(), [1.0]
-    for ax, view in zip(axes, VIEWS):
-        ax.set_title(f"{VIEW_WORDS[view]} view", fontsize=10)
-        if not any(len(f.fitted(view)) for f in shown):
-            ax.text(0.5, 0.5, "no seed fails at a point in this view", ha="center",
-                    va="center", transform=ax.transAxes, fontsize=8)
-            continue
-        levels = set()
-        for i, f in enumerate(shown):
-            color, pts, lv = colors[f.name], f.fitted(view), f.departures(view)
-            shift = 2.0 ** (0.03 * (i - (len(shown) - 1) / 2))
-            ax.scatter(pts["d_dot"] * shift, pts["value"] / pts["d_dot"], s=9, alpha=0.5,
-                       linewidths=0, color=color)
-            lv = lv[lv["n_seeds"] > 0]
-            levels |= set(lv["d_dot"])
-            drawn += [*pts["value"] / pts["d_dot"], *lv["ratio_low"], *lv["ratio_high"]]
-            for j, r in enumerate(lv.itertuples()):
-                kind = describe(r.n_seeds)
-                kinds.add(kind)
-                error_bar(ax, r.d_dot * shift, r.ratio, r.ratio_low, r.ratio_high, kind, color,
-                          fmt="o", ms=4, lw=1, label=None if j else f.name)
-            law = f.laws[view]
-            if law is not None and not math.isnan(law.b_low):
-                grid = np.geomspace(lv["d_dot"].min(), lv["d_dot"].max(), 50)
-                low, high = law.band(grid)
-                ax.plot(grid, law.curve(grid) / grid, lw=1.2, color=color)
-                ax.fill_between(grid, low / grid, high / grid, color=color, alpha=0.15, lw=0)
-        ax.axhline(1.0, color="black", ls=":", lw=1)
-        ax.set_xscale("log")
-        ticks = _ticks(sorted(levels))
-        ax.set_xticks(list(ticks), list(ticks.values()), fontsize=8)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("d_dot (log)")
-    finite = [v for v in drawn if np.isfinite(v)]
-    span = max(finite) - min(finite)
-    axes[0].set_ylim(min(finite) - 0.08 * span, max(finite) + 0.08 * span)
-    axes[0].set_ylabel("failure point / d_dot")
-    fig.suptitle("Failure point / d_dot per d_dot level, per view", fontsize=10)
-    families = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
-    legend(axes[-1], list(families.values()) + [
-        Line2D([], [], ls="none", marker="o", ms=3, alpha=0.5, color="grey",
-               label="each seed that fails at a point"),
-        Line2D([], [], ls="none", marker="o", ms=4, color="grey",
-               label="marker: the level's median over those seeds"),
-        *bar_handles(kinds),
-        Line2D([], [], color="grey", lw=1.2, label="line and band: n* = a d_dot^b fitted to the\n"
-                                                  "    level medians, its 95% t band"),
-        Line2D([], [], color="black", ls=":", lw=1, label="1: n* = d_dot")])
-    return save(fig, out_dir / "capacity_scaling.png")
 
 
 def main(argv=None) -> None:

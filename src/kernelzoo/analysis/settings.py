@@ -25,7 +25,7 @@ import json
 import pandas as pd
 
 from kernelzoo.records.store import config_value
-from kernelzoo.analysis.style import format_value
+from kernelzoo.analysis.labels import format_value
 
 SETTING_SECTIONS = ("trainer", "task", "memory")
 # how a run was trained, not what: never a reason to split (NOT_IN_IDENTITY of

@@ -32,8 +32,7 @@ import pandas as pd
 
 from kernelzoo.analysis.capacity import accuracy_failing, failing
 from kernelzoo.records.files import StoreError, one_line, read_text
-from kernelzoo.records.store import read_config_value
-from kernelzoo.analysis.style import natural_key
+from kernelzoo.analysis.labels import natural_key
 
 STALL_MAX_DEAD = 3  # at most this many dead keys, and no other errors, make a stall
 STALL_STATUSES = ("plateau", "max_steps")
@@ -47,21 +46,20 @@ def has_diagnostics(runs: pd.DataFrame) -> bool:
                                         .notna().any())
 
 
-def _queried(run_dir, n_keys: int) -> int:
+def _queried(cap, n_keys: int) -> int:
     """How many key symbols an evaluation queries: n_keys, at most trainer.eval_max_queries."""
-    cap = read_config_value(run_dir, "trainer.eval_max_queries")
-    return min(n_keys, cap) if isinstance(cap, int) and cap > 0 else n_keys
+    return min(n_keys, int(cap)) if pd.notna(cap) and int(cap) > 0 else n_keys
 
 
-def stalled(runs: pd.DataFrame, runs_dir, threshold: float) -> pd.Series:
-    """The stall rule (module docstring) for every row of ``runs``; ``runs_dir`` holds the run
-    directories (their config.yaml gives trainer.eval_max_queries)."""
+def stalled(runs: pd.DataFrame, threshold: float) -> pd.Series:
+    """The stall rule (module docstring) for every row of ``runs`` (``runs.load_runs``'s, with
+    each run's trainer.eval_max_queries)."""
     if not has_diagnostics(runs):
         return pd.Series(False, index=runs.index)
     dead = pd.to_numeric(runs["dead_keys"], errors="coerce")
     few = runs["status"].isin(STALL_STATUSES) & dead.between(1, STALL_MAX_DEAD)
     for i in runs.index[few]:
-        queried = _queried(runs_dir / runs.at[i, "run_dir"], int(runs.at[i, "n_keys"]))
+        queried = _queried(runs.at[i, "eval_max_queries"], int(runs.at[i, "n_keys"]))
         few[i] = (runs.at[i, "final_eval_accuracy"]
                   >= 1 - STALL_MAX_DEAD / queried - ACCURACY_TOLERANCE)
     passes = ~failing(runs["final_eval_loss"], runs["status"].eq("diverged"), threshold)

@@ -32,7 +32,7 @@ import math
 import pandas as pd
 
 from kernelzoo.analysis import rank_bound
-from kernelzoo.analysis.style import bound, cell, natural_key
+from kernelzoo.analysis.labels import bound, cell, natural_key
 
 ORDER = {"never_fails": 2, "fails_at": 1, "fails_everywhere": 0, "no_data": -1}
 

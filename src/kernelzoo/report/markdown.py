@@ -23,14 +23,14 @@ import pandas as pd
 
 from kernelzoo.analysis import between_sizes, factorial, optimisation, scaling, update_rules
 from kernelzoo.analysis.capacity import SUFFIX, VIEWS
-from kernelzoo.records.files import StoreError, atomic_write_text
 from kernelzoo.analysis.intervals import MEDIAN_WORDS
-from kernelzoo.analysis.stalls import stall_lines
-from kernelzoo.records.history import experiment_points, finished_points, read_sweep, trained_points
-from kernelzoo.analysis.sections import (prediction_section, rank_bound_section, rank_changes,
-                                         stall_section)
+from kernelzoo.analysis.labels import bound, cell, natural_key
+from kernelzoo.analysis.pipeline import Analysis
 from kernelzoo.analysis.rankings import efficiency_table
-from kernelzoo.analysis.style import bound, cell, natural_key
+from kernelzoo.records.files import atomic_write_text
+from kernelzoo.records.history import experiment_points, finished_points, trained_points
+from kernelzoo.report.sections import (prediction_section, rank_bound_section, rank_changes,
+                                       stall_section)
 from kernelzoo.words import plural
 
 
@@ -230,17 +230,14 @@ def sweep_lines(history: dict, n_runs: int) -> list[str]:
     return lines
 
 
-def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.DataFrame,
-                 capacity: pd.DataFrame, checked: pd.DataFrame, families: list[scaling.Family],
-                 missing: list[str], damaged: list[str], holes: list[str], figures: list[Path],
-                 omitted: list[str], threshold: float, accuracy_threshold: float,
-                 rule: str, set_aside: list[str] = (),
-                 effects: pd.DataFrame = pd.DataFrame()) -> tuple[Path, list[str]]:
-    """``report.md``: what ran where, the rule, the table, the stalls, the probes, what is
-    missing; with every damaged file listed (``damaged``, an unreadable sweep.json and
-    diagnostics.json: returned too) and the runs left out or configurations split
-    (``set_aside``: ``analyze.sort_out``). ``checked``: the stall checks (``stalls.check_outcomes``);
-    ``families``: ``scaling.families``; ``effects``: ``factorial.table``."""
+def write_report(a: Analysis, figures: list[Path], omitted: list[str], rule: str) -> Path:
+    """``report.md`` of the analysis ``a``: what ran where, the rule, the table, the stalls, the
+    probes, what is missing, with every damaged file listed and the runs left out or
+    configurations split; ``figures`` and ``omitted``: ``figures.all_figures``."""
+    runs, seeds, capacity, checked = a.runs, a.seeds, a.capacity, a.checked
+    families, effects, history, damaged = a.families, a.effects, a.history, list(a.damaged)
+    threshold, accuracy_threshold = a.threshold, a.accuracy_threshold
+    experiment, exp_dir, holes = a.experiment, a.exp_dir, a.holes
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())
     wall, devices = runs["wall_seconds"], runs["device"].value_counts()
     steps = int(runs["steps"].fillna(0).sum())
@@ -268,10 +265,6 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
         lines.append(f"- {plural(len(capped), 'run')} stopped at the step cap "
                      f"({int(capped['steps'].max())} steps), not by the stopping rule: a failure "
                      "there may be slow learning rather than lack of capacity.")
-    try:
-        history = read_sweep(exp_dir)
-    except StoreError as err:
-        damaged, history = [*damaged, str(err)], None
     if history is not None and history["invocations"]:
         lines += sweep_lines(history, len(runs))
     lines += ["", "## Failure-point rule", "", f"tau = {threshold:g}, accuracy threshold = "
@@ -304,7 +297,7 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
     lines += ["", *efficiency_table(capacity), *between_sizes.section(capacity, family),
               *update_rules.section(capacity, runs),
               *optimisation.section(seeds, capacity, runs),
-              *scaling.section(families), *rank_bound_section(capacity, runs),
+              *scaling.section(list(families)), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),
               *stall_section(runs, capacity, checked)]
     lines += factorial.section(effects)
@@ -317,12 +310,11 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
                      f"(`python -m kernelzoo.sweep {experiment} dry_run=true "
                      f"results_dir={exp_dir.parent}` names each point, done or to train)")
     infeasible = runs[runs["status"] == "infeasible"]
-    stalled, unreadable = stall_lines(runs, exp_dir / "runs")
-    damaged = [*damaged, *unreadable]
+    stalled = list(a.stall_lines)
     mixed = [f"{label}: " + ", ".join(f"seed {s.seed} {s.outcome}" for s in g.itertuples())
              for label, g in seeds.groupby("label") if g["outcome"].nunique() > 1]
     for title, items in (
-            ("Run directories without summary.json (in progress or interrupted)", missing),
+            ("Run directories without summary.json (in progress or interrupted)", list(a.missing)),
             ("Damaged files (skipped)", damaged),
             ("Infeasible points (excluded)", [f"{r.label}, seed {r.seed}, n_keys {r.n_keys}: "
                                                f"{r.reason}" for r in infeasible.itertuples()]),
@@ -331,10 +323,10 @@ def write_report(exp_dir: Path, experiment: str, runs: pd.DataFrame, seeds: pd.D
             ("Runs that stalled (see Stalls: counted as they ended)", stalled),
             ("Grid holes (each configuration's n_keys x the experiment's seeds)", holes),
             ("Configurations whose seeds disagree on the outcome", mixed),
-            ("Runs left out and configurations split by their settings", list(set_aside))):
+            ("Runs left out and configurations split by their settings", list(a.set_aside))):
         if items is not None:
             lines += [f"- {title}: {len(items) or 'none'}"] + _listing(items)
     lines += [""] + figure_lines(figures, omitted)
     path = exp_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
-    return path, damaged
+    return path

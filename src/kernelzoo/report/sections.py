@@ -11,7 +11,7 @@ from kernelzoo.analysis import prediction, rank_bound
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, value_column
 from kernelzoo.analysis.stalls import RULE as STALL_RULE
 from kernelzoo.analysis.stalls import has_diagnostics, stall_rates
-from kernelzoo.analysis.style import cell, natural
+from kernelzoo.analysis.labels import cell, natural
 from kernelzoo.words import plural
 
 RANK_CHANGE = 0.1  # a relative change of the effective rank worth noting
