@@ -16,7 +16,7 @@ from synthetic import write_grid_store, write_update_store
 
 from kernelzoo.analysis import efficiency, published, scaling
 from kernelzoo.report import figures as capacity_figures
-from kernelzoo.report import heatmaps, plots, style
+from kernelzoo.report import heatmaps, panels, plots, style
 from kernelzoo.analysis.capacity import capacity_table, loss_failure, seed_table
 from kernelzoo.analysis import pipeline
 from kernelzoo.analysis.runs import load_runs
@@ -193,18 +193,22 @@ def test_no_figure_draws_capacity_against_a_quantity_made_from_it(grid, monkeypa
     itself."""
     runs, seeds, capacity, families = grid
     figures = {}
-    for module in (plots, capacity_figures):
+    for module in (plots, capacity_figures, panels):
         monkeypatch.setattr(module, "save", lambda fig, path: figures.setdefault(path.stem, fig)
                             and path)
     paths, _ = capacity_figures.all_figures(runs, seeds, capacity, published.points(runs), pd.DataFrame(),
                                  families, tmp_path, TAU, 0.99, search=True)
     assert {p.stem for p in paths} == set(figures) == {
-        "loss_vs_keys", "observed_vs_predicted", "capacity_scaling", "capacity_efficiency",
-        "curves", "accuracy_vs_keys"}
+        "headline", "loss_panels", "accuracy_panels", "loss_vs_keys", "observed_vs_predicted",
+        "capacity_scaling", "capacity_efficiency", "curves", "accuracy_vs_keys"}
     drawn = 0
     for name, fig in figures.items():
         for ax in fig.axes:
             if "failure point" in ax.get_ylabel():
                 assert ax.get_xlabel() in ACROSS, (name, ax.get_xlabel())
                 drawn += 1
-    assert drawn == 1 + 1 + 3  # observed_vs_predicted, capacity_scaling's first, 3 efficiencies
+            if "failure point" in ax.get_xlabel():  # the horizontal dot plot of efficiency
+                assert ax.get_ylabel() in ACROSS, (name, ax.get_ylabel())
+                drawn += 1
+    # headline's first, observed_vs_predicted, capacity_scaling's first, 3 efficiencies
+    assert drawn == 1 + 1 + 1 + 3

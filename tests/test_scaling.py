@@ -79,7 +79,7 @@ def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, ca
     assert (exp / "capacity_scaling.png").read_bytes()[:4] == b"\x89PNG"
     assert b"<svg" in (exp / "capacity_scaling.svg").read_bytes()[:500]
     report = (exp / "report.md").read_text()
-    for needle in ("## Capacity against d_dot, per view", scaling.RULE.splitlines()[0],
+    for needle in ("## Capacity against d_dot, per view",
                    f"| ELU+1 | loss | 3 | {np.mean(RATIOS):.3g} [",
                    f"| no (p < 0.0001) | 16: {np.mean(RATIOS):.2f} [{RATIOS[0]:.2f}, {RATIOS[1]:.2f}]"
                    " (50%); 32: ",

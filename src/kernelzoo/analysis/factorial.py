@@ -1,26 +1,7 @@
 """Factorial effects: what each change of a map's settings does to its failure point, alone and
 in combination (the ``favor_diagnosis`` design). Pure: it reads no file.
 
-Design and effects
-------------------
-Design (``designs``): configurations of one map that share d_key, d_dot, update rule and lr form
-a 2^k factorial when k >= 2 of their parameters take two levels each and every combination of
-those levels ran. A parameter with more levels contributes its two most common (a third level,
-such as a redraw every n steps, stays a configuration of its own); a parameter whose levels
-follow another's (FAVOR+'s ``eval_redraw``, set only with ``redraw=every_call``) is the same
-factor and is left out. A factor's "low" level is the first in natural order, its effect the
-change to the second.
-
-Effects (``effects``): per view, y = ln n* of each seed (its failure point in that view). With
-cell means m_c over the 2^k cells, a main effect is E_A = mean(m_c: A high) - mean(m_c: A low);
-an interaction, e.g. E_AB, the same contrast on the product of the ±1 codes (half the change of
-A's effect when B goes high). Each effect is reported as a ratio exp(E): the factor by which the
-change multiplies the failure point. Its 95% interval is the t interval exp(E ± t s sqrt(sum c^2
-/ n_c)), with s the pooled within-cell standard deviation of y and N - 2^k degrees of freedom (N
-seeds in all); tests/simulations.py checks it by simulation with known truth, including unequal spreads
-between cells and stall-like outliers. A seed whose value in the view is a bound (never_fails: a
-lower bound, fails_everywhere: an upper bound) enters at its bound; as every effect uses every
-cell, each effect of that view carries the count of bounds, and its interval does not hold.
+Its rule is stated once, in docs/analysis.md ("Factorial effects").
 """
 
 from __future__ import annotations
@@ -41,7 +22,6 @@ from kernelzoo.analysis.labels import natural_key
 LEVEL = 0.95
 GROUP_KEYS = ("feature_map", "d_key", "d_dot", "update_rule", "lr")
 BOUNDS = ("never_fails", "fails_everywhere")
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 @dataclass(frozen=True)
@@ -169,8 +149,6 @@ def section(found: pd.DataFrame) -> list[str]:
     if found.empty:
         return []
     lines = ["## Factorial", ""]
-    for paragraph in RULE.split("\n\n"):
-        lines += [paragraph.replace("\n", " "), ""]
     for title, rows in found.groupby("design", sort=False):
         lines += [f"### {title}", "", f"Factors (low -> high): {rows['factors'].iloc[0]}; "
                   f"{rows['seeds'].iloc[0]} seeds in all.", "",

@@ -1,24 +1,7 @@
-"""Intervals over seeds and over d_dot levels, each with a coverage that tests/simulations.py checks by
-simulation with known truth. Pure: it reads no file.
+"""Intervals over seeds and over d_dot levels, each with a coverage that tests/simulations.py
+checks by simulation with known truth. Pure: it reads no file.
 
-Median over seeds (``median_interval``)
----------------------------------------
-The interval for a configuration's median failure point is the distribution-free order-statistic
-interval [x_(k), x_(n+1-k)] of its n seeds' values: it covers the true median with probability
-1 - 2 P(Binomial(n, 1/2) <= k - 1), whatever the distribution (outliers included). k is the
-largest with that probability >= 95%; below 6 seeds no k reaches 95%, and the interval is the
-min-max with its own level: 75% for 3 seeds, 87.5% for 4, 93.75% for 5 (``ci_level``).
-
-The d_dot law (``level_law``)
------------------------------
-Per family, ln n* = ln a + b ln d_dot is fitted by least squares over the d_dot levels, one point
-per level: the median over its seeds of ln n*. The residual spread of those level medians holds
-both the seeds' noise and how far each level departs from the power law, so the t intervals
-(k - 2 degrees of freedom, k levels) account for between-level deviations, as a bootstrap of
-the seeds within each level does not. The law is reported as n* = c (d_dot / d_c)^b around the
-geometric centre d_c of the levels (c / d_c: the ratio n* / d_dot there), and as a = c d_c^-b.
-A family follows d_dot when n* = d_dot (b = 1 and a = 1) is not rejected at 5% by the joint F
-test of both against the fit (F(2, k - 2)); it needs 3 levels or more.
+Its rule is stated once, in docs/analysis.md ("Intervals").
 """
 
 from __future__ import annotations
@@ -34,7 +17,6 @@ LEVEL = 0.95
 MIN_LEVELS = 3
 MEDIAN_WORDS = ("distribution-free: 95% or more from 6 seeds, 93.75% for 5, 87.5% for 4, 75% for "
                 "3 (the min-max)")
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 def order_level(n: int, k: int) -> float:

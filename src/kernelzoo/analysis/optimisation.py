@@ -3,47 +3,7 @@ that could set it: the learning rate (experiment ``lr_robustness``) and the stop
 patience (``lr_patience``). The step cap only stops a run, so a larger cap changes only the runs
 that reached it: the report counts them. Pure: it reads no file.
 
-The optimisation test
----------------------
-A setting's levels are read from the configuration's label: the learning rate ("lr=0.001") and
-the patience ("trainer.patience=10", the words ``settings.split`` adds). A configuration less
-those words that ran at two levels or more, the published one among them (lr 1e-3; patience
-10), is tested in each view (loss, accuracy, keys retrieved) on its seeds' failure points
-(``capacity.seed_table``). For each other level, d is that level's failure point minus the
-published one's, with a t interval; the setting names the test (2 seeds or more at both levels,
-else no interval):
-- the learning rate, Welch's: d is the difference of the mean failure points over seeds, the
-  levels taken as independent samples (unequal variances, Welch-Satterthwaite degrees of
-  freedom). Another lr changes a run from its first step; the seed fixes only its
-  initialisation and data.
-- the patience, paired: d is the mean over seeds of each seed's own difference (n - 1 degrees
-  of freedom; a seed missing at either level is left out). A run under the longer patience is
-  the run under the shorter one continued past its stop, so a seed's two failure points share
-  everything but the extra steps: Welch's test would count the seeds' spread, which the
-  difference cancels, against the setting.
-With m other levels and a margin delta = 0.1 x d_dot keys (0.1 x the median failure point at the
-published level for a map without d_dot), the verdict is:
-- "moves" when some level raises the failure point: the lower end of its one-sided (1 - 0.05/m)
-  interval (Bonferroni over the m levels) is above 0. The limit at the published setting is then
-  the optimiser's. This is checked first: a rise shown above 0 is "moves" even when below delta.
-- "does not move" when no level raises it by delta or more: every other level's one-sided 95%
-  upper bound of d is below +delta (an intersection-union test: a 5% level with no multiplicity
-  adjustment). A lower failure point at another level does not count against capacity: a worse
-  lr may fail earlier; the question is whether any setting retrieves more.
-- "undecided" otherwise; the smallest margin that would have said "does not move" is the
-  largest upper bound, in keys, a measure of the test's power on these seeds.
-A seed whose value in a view is a bound (outcome never_fails: a lower bound; fails_everywhere:
-an upper bound) enters the test as that value; each row counts such seeds. A lower bound at
-another level can hide a rise: a "does not move" that rests on such seeds holds for the bounds,
-not for the failure points. Seeds without data are left out. When neither level's seeds spread,
-the interval is d itself (paired: when the seeds' differences do not spread). Both tests assume
-that each seed's failure point varies about its level's mean in one law. A rise that only some
-seeds show (the others' runs unchanged) breaks that: when none of the tested seeds is among them,
-nothing tells the rise from none. With 3 seeds and a rise of delta that half the seeds carry,
-either test says "does not move" in 1 study in 8 to 10; so "does not move" says no level raises
-a typical seed's failure point by delta. The intervals' coverage, the rate of a false "does not
-move" and the power are checked by simulation with known truth (tests/simulations.py), correlated
-seeds, outliers and rises carried by some seeds included.
+Its rule is stated once, in docs/analysis.md ("Capacity or optimisation: the learning rate and the stopping rule").
 """
 
 from __future__ import annotations
@@ -65,7 +25,6 @@ ALPHA = 0.05
 VERDICTS = ("moves", "does not move", "undecided")
 BOUND_WORDS = {"never_fails": "lower bounds", "fails_everywhere": "upper bounds"}
 BOUNDS = tuple(BOUND_WORDS)
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 def _spread(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -239,12 +198,9 @@ def section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame) -> 
         if found.empty:
             continue
         published = setting.words(setting.base)
-        if not out:
-            out += [RULE, ""]
         out += [f"### {setting.heading}", "",
                 f"{WHAT_D[setting.test]}, each level minus the published one ({published}), in "
-                "keys: d [one-sided (1 - 0.05/m) lower bound, one-sided 95% upper bound]. The "
-                "rule is above.", "",
+                "keys: d [one-sided (1 - 0.05/m) lower bound, one-sided 95% upper bound].", "",
                 f"| configuration | view | levels | seeds per level | mean at {published} | "
                 f"difference from {published} | margin delta (keys) | verdict | largest upper "
                 "bound: the margin it decides above (keys) | seed values that are bounds |",

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis import factorial, prediction, published, rank_bound, scaling, settings, stalls
-from kernelzoo.analysis.capacity import capacity_table, loss_failure, seed_table
+from kernelzoo.analysis.capacity import by_view, capacity_table, loss_failure, seed_table
+from kernelzoo.analysis.flags import flags
 from kernelzoo.analysis.labels import is_search, natural_key
 from kernelzoo.analysis.runs import add_labels, load_runs
 from kernelzoo.records.files import StoreError, one_line, read_text
@@ -32,7 +33,8 @@ class Analysis:
 
     runs: one row per run (``runs.load_runs``) with its ``rank_bound`` and ``stalled``; checks:
     the stall checks' runs; seeds: ``capacity.seed_table``; capacity: one row per configuration
-    (capacity.csv); checked: ``stalls.check_outcomes``; published: the authors' points of the
+    (capacity.csv); long: one row per configuration and view with its flags
+    (``capacity.by_view``, capacity_long.csv); checked: ``stalls.check_outcomes``; published: the authors' points of the
     matching configurations; families: ``scaling.families``; effects: ``factorial.table``;
     curves: the eval curves of the runs around each failure point; history: sweep.json (None
     without one); stall_lines: one line per stalled run; holes: a grid's missing points (None
@@ -46,6 +48,7 @@ class Analysis:
     checks: pd.DataFrame = field(default_factory=pd.DataFrame)
     seeds: pd.DataFrame = field(default_factory=pd.DataFrame)
     capacity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    long: pd.DataFrame = field(default_factory=pd.DataFrame)
     checked: pd.DataFrame = field(default_factory=pd.DataFrame)
     published: pd.DataFrame = field(default_factory=pd.DataFrame)
     families: tuple = ()
@@ -201,6 +204,7 @@ def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold
     lines, unreadable = stalls.stall_lines(runs, exp_dir / "runs")
     return Analysis(
         runs=runs, checks=checks, seeds=seeds, capacity=capacity, checked=checked,
+        long=by_view(capacity.assign(flags=flags(capacity, seeds, runs))),
         published=points, families=tuple(scaling.families(runs, seeds)),
         effects=factorial.table(capacity, seeds), curves=curves, history=history,
         stall_lines=tuple(lines), holes=None if is_search(runs) else tuple(grid_holes(runs)),

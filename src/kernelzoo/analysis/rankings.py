@@ -2,29 +2,7 @@
 views' rank correlations (``efficiency_table``, ``view_rhos``) and, at each size, why the views
 disagree (``section``); ``between_sizes.py`` compares the sizes. Pure: it reads no file.
 
-Rankings and their disagreements
---------------------------------
-Configurations with a bounded d_dot are grouped by size: d_dot levels within 10% of the
-group's smallest are one size (the quadratic maps reach 65 or 66 beside the others' 64). Within
-a size, each view ranks them by efficiency = failure point / d_dot (``efficiency.efficiency_order``).
-A configuration's views disagree when its ranks differ by ``GAP`` places or more, between the
-view where it ranks best and the one where it ranks worst. The disagreement is explained by what
-the store measured, every cause that applies to those two views:
-- diluted read-out (loss worst): the accuracy view's failure point is above ``DILUTED`` x the
-  loss view's (the keys are answered right while the loss has crossed tau);
-- partial retrieval (keys retrieved best): the keys retrieved exceed ``PARTIAL`` x the accuracy
-  view's failure point (past its accuracy failure the memory still returns more keys, each less
-  reliably);
-- a lower bound (in the best view): that view never failed within the keys probed;
-- else within the seeds' intervals, when every configuration it swaps order with between the
-  two views either has its efficiency interval overlapping its own in both views or a cause
-  above explains the swap (either one's, for the view where it ranks better); else no measured
-  cause, naming the configurations it is apart from.
-What limits a map in every view is listed beside, for every configuration: rank collapse (the
-effective rank of the written keys' features at n_keys = d_dot fell by more than ``COLLAPSE``
-during training) and fewer features read than written (the rank bound, the read-out's rank of
-``rank_bound.py``, below 0.9 d_dot: a query that reads fewer features than the keys write).
-
+Its rule is stated once, in docs/analysis.md ("Rankings per view and why they disagree").
 """
 
 from __future__ import annotations
@@ -42,16 +20,7 @@ GAP = 2          # places between a configuration's best and worst rank that cou
 DILUTED = 1.5    # the accuracy view's failure point over the loss view's that counts as diluted
 PARTIAL = 1.25
 COLLAPSE = 0.2   # relative fall of the effective rank at n_keys = d_dot
-RULE = __doc__.partition("---\n")[2].strip()
 HEADLINE = "accuracy"  # the view that headlines cross-map rankings
-HEADLINE_WHY = (
-    "Cross-map rankings are headlined by the accuracy view: it asks whether the memory still "
-    "returns (nearly) every association, which is what capacity means, whatever the scale of "
-    "its read-out. The loss view mixes retrieval with that scale: a diluted read-out (every key "
-    "answered right, the right value's weight spread) fails it early, and under the authors' "
-    "per-32-query batch means one wrong key of 33 to 64 costs under tau, so it passes maps that "
-    "lose keys. It stays the view compared with the paper. Keys retrieved, without a threshold, "
-    "counts partial retrieval past the failure point and is shown beside them.")
 
 
 def sizes(capacity: pd.DataFrame) -> dict[int, list[int]]:
@@ -205,14 +174,14 @@ def section(capacity: pd.DataFrame, level: int = 2) -> list[str]:
     """The report's "Rankings per view" section: per size, every configuration's rank in each
     view, why its views disagree and what limits it, and the configurations without d_dot at a
     d_key of the size (softmax: the reference row) with their failure points (headings at
-    markdown ``level``, the rule quoted at level 2 only); [] with fewer than 3 ranked
+    markdown ``level``); [] with fewer than 3 ranked
     configurations at any size."""
     table = ranks(capacity)
     if table.empty or table.groupby("size").size().max() < 3:
         return []
     found = disagreements(capacity)
     found = found.set_index("label") if len(found) else pd.DataFrame(columns=["why"])
-    lines = ["#" * level + " Rankings per view", "", *([RULE, ""] if level == 2 else [])]
+    lines = ["#" * level + " Rankings per view", ""]
     for size, rows in table.groupby("size"):
         if len(rows) < 3:
             continue
@@ -244,7 +213,8 @@ def efficiency_table(capacity: pd.DataFrame) -> list[str]:
     if len(orders[HEADLINE]) < 2:
         return []
     lines = ["## Capacity efficiency (failure point / d_dot), per view", "",
-             HEADLINE_WHY, "",
+             f"Ranked by the {VIEW_WORDS[HEADLINE]} view (docs/analysis.md, \"Which view "
+             "headlines the rankings\").", "",
              "| configuration | d_dot | " + " | ".join(f"{VIEW_WORDS[v]}: rank, efficiency"
                                                      for v in VIEWS) + " |",
              "|---|---|" + "---|" * len(VIEWS)]

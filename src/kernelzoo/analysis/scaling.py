@@ -2,24 +2,14 @@
 capacity (``capacity.py``), and how tightly?
 
 A family is a configuration without what d_dot decides: the same feature_map, update_rule and
-parameters but the one the map resolves from d_dot (``style.sizing_param``: DPFP's nu, FAVOR+'s
+parameters but the one the map resolves from d_dot (``labels.sizing_param``: DPFP's nu, FAVOR+'s
 m, ...), and the same d_key where the map keeps it. A map without such a parameter sets d_key
 from d_dot (ELU+1: d_key = d_dot), so its d_key is left out too.
 
-Rule (stated again in report.md)
---------------------------------
-The primary statement is the ratio failure point / d_dot at each d_dot level: the median over
-the level's seeds that fail at a point in the view, with the order-statistic interval of
-``intervals.median_interval`` (its level beside it: 75% for 3 seeds, 93.75% for 5); seeds with a
-bound are counted, not used. Over the levels with such points, n* = a d_dot^b is fitted to the
-levels' median failure points in log-log (``intervals.level_law``: t intervals with k - 2
-degrees of freedom over k levels, so the levels' deviations from the law widen them), for
-families with points at 3 or more levels. A family follows d_dot in a view when the joint F test
-does not reject n* = d_dot (a = 1 and b = 1) at 5%; a level whose ratio interval excludes 1 is
-named.
+Its rule is stated once, in docs/analysis.md ("Does capacity follow d_dot?").
 
 ``table`` is ``scaling.csv`` (one row per family, view and d_dot), ``section`` report.md's
-section, ``figure`` the figure ``capacity_scaling``. Per configuration the same ratio is its
+section (the figure is ``report.figures.capacity_scaling``). Per configuration the same ratio is its
 capacity efficiency (``efficiency.py``). Each analysed store's answers:
 
     python -m kernelzoo.analysis.scaling results/reference/*/scaling.csv
@@ -44,7 +34,6 @@ COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n
            "n_d_dot", "a", "a_low", "a_high", "b", "b_low", "b_high", "p_identity",
            "follows_d_dot", "d_dot", "configurations", "n_seeds", "n_bounds", "ratio",
            "ratio_low", "ratio_high", "ratio_level")
-RULE = __doc__.partition("---\n")[2].partition("\n\n``table``")[0].strip()
 
 
 @dataclass(frozen=True)
@@ -202,7 +191,7 @@ def section(found: list[Family]) -> list[str]:
     shown = [f for f in found if f.points["d_dot"].nunique() >= 2]
     if not shown:
         return []
-    lines = ["## Capacity against d_dot, per view", "", RULE, "",
+    lines = ["## Capacity against d_dot, per view", "",
              "| family | view | levels | a [95%] | b [95%] | consistent with n* = d_dot (F test p) | "
              "failure point / d_dot per level |", "|---|---|---|---|---|---|---|"]
     rows = table(shown)

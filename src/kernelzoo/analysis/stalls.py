@@ -4,23 +4,7 @@ every run as it ended. A stall moves a number only where its check (``stall_chec
 same run trained again with a longer stopping rule, linked by ``stall_check_of``) shows that the
 keys can be learned: the failure point with verified stalls set aside is a secondary column.
 
-Stall rule (stated again in report.md)
---------------------------------------
-A run stalled when all four hold: (1) it ended by the plateau rule or the step cap (status
-plateau or max_steps: not converged, diverged or infeasible); (2) 1 to 3 key symbols are dead
-(diagnostics: answered wrong in every evaluation sequence that queries them); (3) those keys are
-its only errors: final eval accuracy >= 1 - 3 / q (to 1e-6, the trainer's float32 precision),
-q the keys it queries (n_keys, at most trainer.eval_max_queries); (4) its configuration is not
-over capacity there: some run of the configuration, of any seed, passes the loss view (final
-eval loss <= tau) at this n_keys or more. The headline counts a stalled run as it ended. Its
-check is the same run (same seed: the same data stream and initialisation, so it replays the
-stalled run step for step up to where that one stopped) with 3x the patience and 2x the step
-cap: it answers whether the stopping rule ended the run too early. A check clears the stall in a
-view when it passes that view at the run's n_keys; the secondary failure points
-(``observed_capacity_verified``, ``observed_capacity_acc_verified``) replace each checked stalled
-run by its check, and only those. Stall rate of a point (configuration, n_keys): its stalled
-seeds / its seeds with a run there. Runs without diagnostics (stores older than them) are never
-stalls.
+Its rule is stated once, in docs/analysis.md ("Stalls and their checks").
 """
 
 from __future__ import annotations
@@ -37,7 +21,6 @@ from kernelzoo.analysis.labels import natural_key
 STALL_MAX_DEAD = 3  # at most this many dead keys, and no other errors, make a stall
 STALL_STATUSES = ("plateau", "max_steps")
 ACCURACY_TOLERANCE = 1e-6  # the trainer's accuracy is a float32 ratio: 50/53 reads 0.9433962
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 def has_diagnostics(runs: pd.DataFrame) -> bool:

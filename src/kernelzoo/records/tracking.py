@@ -125,6 +125,18 @@ def check_server(results_dir: str | Path) -> None:
         marker(results_dir).unlink(missing_ok=True)
 
 
+def configuration_key(summary: dict, lr=None) -> str:
+    """A run's configuration as one summary value to group and filter runs by on wandb: its map
+    and parameters, d_key, d_dot, update rule and learning rate ("dpfp nu=1 d_key=16 d_dot=32
+    sum lr=0.001"); the seed and n_keys are left out, so a configuration's runs share it."""
+    params = ",".join(f"{k}={v}" for k, v in sorted((summary.get("feature_map_params") or {})
+                                                    .items()))
+    parts = [summary.get("feature_map"), params, f"d_key={summary.get('d_key')}",
+             f"d_dot={summary.get('d_dot')}", summary.get("update_rule"),
+             None if lr is None else f"lr={lr:g}"]
+    return " ".join(str(p) for p in parts if p)
+
+
 class Tracker:
     """One wandb run; every method is a no-op when tracking is off or wandb failed to start."""
 

@@ -24,6 +24,7 @@ from kernelzoo.analysis.intervals import describe
 from kernelzoo.analysis.labels import dkey, natural, size_groups
 from kernelzoo.analysis.scaling import Family
 from kernelzoo.report.heatmaps import heatmaps
+from kernelzoo.report.panels import family_colors_of, headline, key_panels, palette
 from kernelzoo.report.plots import accuracy_vs_keys, curves, loss_vs_keys
 from kernelzoo.report.style import (OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL, bar_handles,
                                     config_colors, error_bar, legend, log_square, save)
@@ -76,7 +77,7 @@ def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float
 
 
 def _seed_points(ax, i: int, values: pd.Series, outcomes: pd.Series, color) -> bool:
-    """A configuration's seeds beside its median at x = i, when it has two or more: sorted by
+    """A configuration's seeds below its median at y = i, when it has two or more: sorted by
     value, spread over [i + 0.2, i + 0.4], each marker its seed's outcome (gid "seeds").
     True when drawn."""
     ok = values.notna().to_numpy()
@@ -86,24 +87,25 @@ def _seed_points(ax, i: int, values: pd.Series, outcomes: pd.Series, color) -> b
     x = i + 0.2 + 0.2 * np.linspace(0, 1, int(ok.sum()))
     v, o = values[ok].to_numpy()[order], outcomes[ok].to_numpy()[order]
     for outcome in sorted(set(o)):
-        ax.scatter(x[o == outcome], v[o == outcome], s=12, color=color, alpha=0.8,
+        ax.scatter(v[o == outcome], x[o == outcome], s=12, color=color, alpha=0.8,
                    marker=OUTCOME_MARKERS.get(outcome, "o"), linewidths=0, gid="seeds")
     return True
 
 
 def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dict,
                         out_dir: Path) -> Path:
-    """One panel per view: failure point / d_dot per configuration (log scale where it spans
-    more than a factor 4), most efficient first: the median over seeds (large marker, a triangle
-    where it is a bound), its order-statistic interval (solid, its level in the legend) or one
-    seed's bracket (dashed), and beside it each seed's own value (``seeds``:
-    ``capacity.seed_table``). The loss view leaves fwm out (its loss is at least 0.5 / S:
-    ``update_rules``), naming it."""
+    """A horizontal dot plot, one panel per view: failure point / d_dot per configuration (log
+    scale where it spans more than a factor 4), most efficient at the top, labels horizontal: the
+    median over seeds (large marker, a triangle where it is a bound), its order-statistic
+    interval (solid, its level in the legend) or one seed's bracket (dashed), and below it each
+    seed's own value (``seeds``: ``capacity.seed_table``). The loss view leaves fwm out (its
+    loss is at least 0.5 / S: ``update_rules``), naming it."""
     table = efficiency_table(capacity)
     most = int(table.groupby("view").size().max())
-    fig = Figure(figsize=(max(6.0, 0.5 * most + 2.5), 3.6 * len(VIEWS)), layout="constrained")
+    fig = Figure(figsize=(4.2 * len(VIEWS) + 2.0, max(3.0, 0.26 * most + 1.4)),
+                 layout="constrained")
     kinds, outcomes, dotted = set(), set(), False
-    for ax, view in zip(fig.subplots(len(VIEWS), 1), VIEWS):
+    for ax, view in zip(fig.subplots(1, len(VIEWS)), VIEWS):
         rows, s = table[table["view"] == view], SUFFIX[view]
         left_out = natural(rows.loc[rows["update_rule"].eq("fwm"), "label"]) \
             if view == "loss" else []
@@ -112,22 +114,22 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
             kinds.add(r.interval)
             outcomes.add(r.outcome)
             error_bar(ax, i, r.efficiency, r.efficiency_low, r.efficiency_high, r.interval,
-                      colors[r.label], fmt=OUTCOME_MARKERS[r.outcome], ms=8, mec="black",
-                      mew=0.5, zorder=3)
+                      colors[r.label], horizontal=True, fmt=OUTCOME_MARKERS[r.outcome], ms=7,
+                      mec="black", mew=0.5, zorder=3)
             mine = seeds[seeds["label"] == r.label]
             dotted |= _seed_points(ax, i, mine[f"value{s}"] / r.d_dot, mine[f"outcome{s}"],
                                    colors[r.label])
-        ax.axhline(1.0, color="black", ls=":", lw=1)
+        ax.axvline(1.0, color="black", ls=":", lw=1)
         spread = rows[["efficiency", "efficiency_low", "efficiency_high"]].stack()
         spread = spread[spread > 0]
         if len(spread) and spread.max() > 4 * spread.min():  # a wide range: log scale
-            ax.set_yscale("log", base=2)
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-        ax.set_xticks(np.arange(len(rows)),
-                      [f"{r.label} ({r.d_dot})" for r in rows.itertuples()],
-                      rotation=60, ha="right", fontsize=7)
-        ax.set_xlim(-0.6, len(rows) - 0.3)
-        ax.set_ylabel("failure point / d_dot" + (" (log)" if ax.get_yscale() == "log" else ""))
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.set_yticks(np.arange(len(rows)),
+                      [f"{r.label} ({r.d_dot})" for r in rows.itertuples()], fontsize=7)
+        ax.set_ylim(len(rows) - 0.3, -0.6)  # the most efficient at the top
+        ax.set_xlabel("failure point / d_dot" + (" (log)" if ax.get_xscale() == "log" else ""),
+                      fontsize=8)
         ax.set_title(f"{VIEW_WORDS[view]} view" + ("\n" + textwrap.fill(
             f"left out: {', '.join(left_out)} (fwm's loss is at least 0.5 / S)", 70)
             if left_out else ""), fontsize=8)
@@ -136,7 +138,7 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
                for o, words in OUTCOME_WORDS.items() if o in outcomes]
     if dotted:
         handles.append(Line2D([], [], ls="none", marker="o", ms=3.5, color="grey",
-                              label="each seed, right of its median (shapes alike)"))
+                              label="each seed, below its median (shapes alike)"))
     handles += [*bar_handles(kinds), Line2D([], [], color="black", ls=":", lw=1,
                                             label="1: failure point = d_dot")]
     fig.legend(handles=handles, loc="outside right center", fontsize=7, frameon=False)
@@ -152,14 +154,15 @@ def _ticks(levels: list[int]) -> dict[int, str]:
             for head, g in size_groups(levels).items()}
 
 
-def capacity_scaling(found: list[Family], out_dir: Path) -> Path:
+def capacity_scaling(found: list[Family], out_dir: Path, colors: dict | None = None) -> Path:
     """``capacity_scaling``: one panel per view, failure point / d_dot against d_dot (log x, the
     levels as ticks): each seed's ratio (small dots), each level's median with its
     order-statistic interval (bars, their levels in the legend; a level of one seed has none),
     the fitted law's ratio a d_dot^(b-1) with its 95% band where fitted, and 1 (dotted). The y
-    range is the points' and intervals', so a wide band is cut at the edge."""
+    range is the points' and intervals', so a wide band is cut at the edge. ``colors``: by family
+    name (``panels.palette``); by default one per family shown."""
     shown = [f for f in found if f.points["d_dot"].nunique() >= 2]
-    colors = config_colors([f.name for f in shown])
+    colors = config_colors([f.name for f in shown]) if colors is None else colors
     fig = Figure(figsize=(13, 4.8))
     axes = fig.subplots(1, len(VIEWS), sharey=True)
     kinds, drawn = set(), [1.0]
@@ -221,16 +224,20 @@ def all_figures(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
     """Every figure of the analysis in report order, one colour per configuration, and one
     line per figure left out (why). A search's sparse probes have no grid for heatmaps;
     ``capacity_scaling`` (``scaling.figure``) needs a family with runs at two d_dot levels."""
-    colors = config_colors(capacity["label"])
+    colors = family_colors_of(capacity, families)
     maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
     scaled = any(f.points["d_dot"].nunique() >= 2 for f in families)
     if not scaled:
         omitted.append("capacity_scaling: left out, as no family has runs at two or more d_dot "
                        "values")
+    bounded = capacity["predicted_capacity"].notna().any()
     return [
+        *([headline(capacity, families, out_dir)] if bounded else []),
+        key_panels(runs, capacity, families, threshold, out_dir, "loss"),
+        key_panels(runs, capacity, families, accuracy_threshold, out_dir, "accuracy"),
         loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
-        *([capacity_scaling(families, out_dir)] if scaled else []),
+        *([capacity_scaling(families, out_dir, palette(families, capacity))] if scaled else []),
         *([capacity_efficiency(capacity, seeds, colors, out_dir)]
           if any(len(efficiency.efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
         *maps,

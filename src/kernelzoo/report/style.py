@@ -46,6 +46,16 @@ def config_colors(labels) -> dict[str, tuple]:
     return {label: cmap(i / max(len(labels) - 1, 1)) for i, label in enumerate(labels)}
 
 
+FAMILY_PALETTE = "tab10"  # one colour per family, in natural order (tab20 past ten families)
+
+
+def family_colors(names) -> dict[str, tuple]:
+    """Fixed colour per family name, in natural order: tab10, tab20 past ten families."""
+    names = natural(names)
+    cmap = matplotlib.colormaps[FAMILY_PALETTE if len(names) <= 10 else "tab20"]
+    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+
+
 def log_square(ax, values: pd.Series) -> None:
     """Both axes log scale over the values' range (a factor 1.5 of margin), powers of 2 as
     ticks, and the dotted line y = x."""
@@ -97,14 +107,17 @@ def bar_handles(kinds) -> list[Line2D]:
     return handles
 
 
-def error_bar(ax, x: float, y: float, low, high, kind: str, color, **style) -> None:
-    """A marker at (x, y) with the bar [low, high] that ``kind`` (``capacity.interval_words``)
-    names: solid for an interval over seeds (gid "interval"), dashed for one seed's bracket
-    (gid "bracket"), none for the other kinds."""
+def error_bar(ax, x: float, y: float, low, high, kind: str, color, horizontal: bool = False,
+              **style) -> None:
+    """A marker at (x, y) with the bar [low, high] on y that ``kind``
+    (``capacity.interval_words``) names: solid for an interval over seeds (gid "interval"),
+    dashed for one seed's bracket (gid "bracket"), none for the other kinds; ``horizontal``:
+    the marker at (y, x), the bar on x."""
     solid = kind.endswith("%)")
     bar = (solid or kind.startswith("bracket")) and pd.notna(low) and pd.notna(high)
-    drawn = ax.errorbar(x, y, yerr=[[max(y - low, 0)], [max(high - y, 0)]] if bar else None,
-                        capsize=3, color=color, **style)
+    err = [[max(y - low, 0)], [max(high - y, 0)]] if bar else None
+    drawn = (ax.errorbar(y, x, xerr=err, capsize=3, color=color, **style) if horizontal else
+             ax.errorbar(x, y, yerr=err, capsize=3, color=color, **style))
     if bar:
         drawn[2][0].set_linestyle("-" if solid else (0, (3, 2)))
         drawn[2][0].set_gid("interval" if solid else "bracket")
