@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEWS
+from kernelzoo.analysis.capacity import CAPACITY_COLUMNS, EXTRA_COLUMNS, SUFFIX, VIEWS
 
 STORES = sorted(p for p in (Path(__file__).resolve().parents[1] / "results" / "reference").glob(
     "*/capacity_long.csv"))
@@ -33,3 +33,14 @@ def test_the_long_table_maps_one_to_one_onto_the_wide_one(path):
 
 def test_every_committed_store_has_its_long_table():
     assert len(STORES) == 9
+
+
+def test_a_view_is_one_constant_its_wide_columns_follow_from_it():
+    """capacity.csv's columns per view come from VIEWS and SUFFIX, so a view added there (and its
+    rule in ``capacity.series_results``) reaches both tables, in the committed column order."""
+    columns = CAPACITY_COLUMNS + EXTRA_COLUMNS
+    for view in VIEWS:
+        for name in ("observed_capacity", "ci_low", "ci_high", "ratio", "outcome"):
+            assert f"{name}{SUFFIX[view]}" in columns, (view, name)
+    committed = pd.read_csv(STORES[0].parent / "capacity.csv", nrows=0).columns
+    assert list(committed[:len(columns) - 1]) == list(columns[:-1])

@@ -25,11 +25,12 @@ CAPACITY_COLUMNS = CONFIG_KEYS + (
     "predicted_capacity", "n_seeds", "observed_capacity", "ci_low", "ci_high", "first_failure",
     "ratio", "outcome",
 )
-EXTRA_COLUMNS = ("ci_level", "rank_bound",
-                 "observed_capacity_acc", "ci_low_acc", "ci_high_acc", "first_failure_acc",
-                 "ratio_acc", "outcome_acc",
-                 "observed_capacity_keys", "ci_low_keys", "ci_high_keys", "ratio_keys",
-                 "outcome_keys", "label")
+EXTRA_COLUMNS = ("ci_level", "rank_bound",  # then each further view's columns, from VIEWS
+                 *(f"{column}{SUFFIX[view]}" for view in VIEWS[1:]
+                   for column in ("observed_capacity", "ci_low", "ci_high", "first_failure",
+                                  "ratio", "outcome")
+                   if column != "first_failure" or view != "keys_retrieved"),
+                 "label")
 OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
 
 
