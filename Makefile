@@ -61,7 +61,7 @@ wheels: install  ## .whl/: the dependencies a GPU machine with torch may lack, a
 	    '^(hydra-core|omegaconf|antlr4-python3-runtime|hydra-joblib-launcher|joblib)==')
 
 docs: install  ## rewrite docs/results.md and README's results summary from results/reference
-	$(PY) -m kernelzoo.results_doc
+	$(PY) scripts/results_doc.py
 
 test: install  ## the default test suite, one pytest worker per core (a few minutes on 2 cores)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal

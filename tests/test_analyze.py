@@ -15,14 +15,19 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 from synthetic import write_run, write_series
+from wandb_records import logged_keys
 
 from kernelzoo import analyze
 from kernelzoo.analysis import stalls
 from kernelzoo.records import tracking
 from kernelzoo.analysis.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
                                 loss_failure, seed_table)
-from kernelzoo.analysis.report import sweep_lines
-from kernelzoo.analysis.style import canonical_params
+from kernelzoo.report.markdown import sweep_lines
+from kernelzoo.analysis.labels import canonical_params
+from kernelzoo.analysis import pipeline
+from kernelzoo.analysis import published
+from kernelzoo.analysis.runs import load_runs
+from kernelzoo.report import dashboard
 
 SRC = Path(analyze.__file__).resolve().parents[1]
 GRID = [20, 40, 60, 80, 100, 120]
@@ -105,7 +110,7 @@ def test_canonical_params_and_labels(tmp_path):
                   d_dot=2 * params["m"])
     write_run(exp, n_keys=20, loss=1e-4, feature_map="dpfp", params={"nu": 2}, d_dot=256)
     write_run(exp, n_keys=20, loss=1e-4, feature_map="softmax", d_dot=None)
-    runs, _, _ = analyze.load_runs(exp)
+    runs, _, _ = load_runs(exp)
     assert sorted(runs["label"]) == ["DPFP-2", "FAVOR+ m=128 trig", "FAVOR+ m=64 hyperbolic",
                                      "FAVOR+ m=64 trig", "softmax"]
 
@@ -141,7 +146,7 @@ def make_store(exp: Path) -> None:
 def test_capacity_table_seeds_holes_diverged_infeasible(tmp_path):
     exp = tmp_path / "x"
     make_store(exp)
-    runs, missing, corrupted = analyze.load_runs(exp)
+    runs, missing, corrupted = load_runs(exp)
     assert missing == ["zz-in-progress"]
     assert len(corrupted) == 1 and "zz-corrupt/summary.json" in corrupted[0]
     seeds = seed_table(runs, TAU, 0.99)
@@ -167,9 +172,9 @@ def test_capacity_table_seeds_holes_diverged_infeasible(tmp_path):
     assert math.isnan(softmax["ratio"])
     favor = table.loc["FAVOR+ m=64"]
     assert (favor["outcome"], favor["n_seeds"]) == ("no_data", 0)
-    assert analyze.grid_holes(runs)[:2] == ["DPFP-1, seed 2: n_keys 20, 40, 60, 80, 100, 120",
+    assert pipeline.grid_holes(runs)[:2] == ["DPFP-1, seed 2: n_keys 20, 40, 60, 80, 100, 120",
                                             "DPFP-1, seed 3: n_keys 20, 40, 60, 80, 100, 120"]
-    assert "ELU+1, seed 3: n_keys 40" in analyze.grid_holes(runs)
+    assert "ELU+1, seed 3: n_keys 40" in pipeline.grid_holes(runs)
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -209,8 +214,8 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
         "feature_map", "params", "d_key", "d_dot", "update_rule", "lr", "predicted_capacity", "n_seeds",
         "observed_capacity", "ci_low", "ci_high", "first_failure", "ratio", "outcome"]
     assert header[14:16] == ["ci_level", "rank_bound"]
-    assert header[-7:] == [*analyze.published.PUBLISHED_COLUMNS,
-                           *analyze.published.REFERENCE_COLUMNS] == [
+    assert header[-7:] == [*published.PUBLISHED_COLUMNS,
+                           *published.REFERENCE_COLUMNS] == [
         "published_capacity", "published_outcome", "published_last_pass",
         "published_first_failure", "published_verdict", "reference_capacity",
         "reference_outcome"]  # appended after label
@@ -223,11 +228,11 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
     report = (exp / "report.md").read_text()
     for needle in ("zz-in-progress", "zz-corrupt/summary.json", "ELU+1, seed 3: n_keys 40",
                    "d_dot unreachable", "Sweep wall clock: 4321 s (72.0 min) over 1 invocation: 4321 s for 60 points (50 trained).",
-                   "24,000 training steps (250 per second of run time).", "(partial sweep)", "Sweep machine: a CPU",
+                   "24,000 training steps", "(partial sweep)", "Sweep machine: a CPU",
                    "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
-                   "The failure point is the first failing n whose next", "![](loss_vs_keys.png)",
-                   "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 3 (75%) | 65 [65, 80] |",
-                   "ELU+1 1.02 (fails_at)", "No diagnostics: these runs predate them"):
+                   "Rules: docs/analysis.md.", "![](loss_vs_keys.png)",
+                   "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 3 | 65 [65, 80] |", "3 seeds 75%",
+                   "above: ELU+1 1.02 [", "No diagnostics: these runs predate them"):
         assert needle in report, needle
 
 
@@ -284,6 +289,13 @@ def test_wandb_offline_run_is_written(tmp_path):
     charts = {p.name.partition("_table_")[0] for p in (media / "table" / "charts").rglob("*.json")}
     assert {"loss_vs_keys", "accuracy_vs_keys", "observed_vs_predicted"} <= charts
     assert list((media / "images" / "figures").glob("loss_vs_keys_*.png"))
+    # read back from the run's own log: the long tables, a chart per view, the figures
+    keys = logged_keys(next(offline[0].glob("*.wandb")))
+    assert {"tables/capacity", "tables/efficiency", "tables/scaling", "tables/keys",
+            "figures/headline", "figures/loss_panels"} <= keys, keys
+    for view in ("loss", "accuracy", "keys_retrieved"):
+        assert any(k.startswith(f"charts/{view}_vs_keys") for k in keys), (view, keys)
+        assert any(k.startswith(f"charts/capacity_efficiency/{view}") for k in keys), view
     assert np.isfinite(pd.read_csv(results / "x" / "capacity.csv")["observed_capacity"]).all()
 
 
@@ -301,7 +313,7 @@ def test_wandb_failure_is_one_warning(tmp_path, monkeypatch, capsys):
     cfg = OmegaConf.create({"experiment": "x", "results_dir": str(tmp_path),
                                     "logger": {"name": "wandb"}})
     capacity = pd.DataFrame({"label": ["ELU+1"], "observed_capacity": [71.5]})
-    tracking.log_dashboard(cfg, {"capacity": capacity}, [])
+    dashboard.log_dashboard(cfg, {"capacity": capacity}, [])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: wandb logging failed")
     assert BrokenRun.finished
@@ -312,7 +324,7 @@ def test_wandb_failure_is_one_warning(tmp_path, monkeypatch, capsys):
 def test_one_seed_reads_as_its_bracket_and_lists_the_noise(tmp_path):
     exp = tmp_path / "results" / "one"
     write_series(exp, {20: 1e-4, 40: 0.2, 60: 1e-4, 80: 0.3, 100: 0.3})
-    runs, _, _ = analyze.load_runs(exp)
+    runs, _, _ = load_runs(exp)
     seeds = seed_table(runs, TAU, 0.99)
     assert seeds["noise"].iloc[0] == (40.0,)
     row = capacity_table(runs, seeds).iloc[0]
@@ -322,7 +334,9 @@ def test_one_seed_reads_as_its_bracket_and_lists_the_noise(tmp_path):
     report = (exp / "report.md").read_text()
     # ELU+1 at d_key 64 is the authors' Linear: its published failure point (test_plots) beside;
     # the crossing of the losses (71.5) lies beyond the rank bound (65)
-    assert "| ELU+1 | 64 | 1 | 65 (between 60 and 80) | 54.7 | 65 |" in report
+    elu = next(line for line in report.splitlines() if line.startswith("| ELU+1 |"))
+    assert elu.startswith("| ELU+1 | 64 | 1 | 65 (between 60 and 80) |")
+    assert elu.endswith("| 54.7 | at rank bound |")
     assert "Isolated failures treated as noise (a failure followed by a pass): 1" in report
     assert "ELU+1, seed 1, n_keys 40: final eval loss 0.2 (converged)" in report
     assert "Continued from checkpoints" not in report
@@ -370,7 +384,7 @@ def write_search_store(exp: Path) -> None:
 def test_a_search_store_is_read_natively(tmp_path):
     exp = tmp_path / "results" / "s"
     write_search_store(exp)
-    runs, _, _ = analyze.load_runs(exp)
+    runs, _, _ = load_runs(exp)
     assert runs["probe_round"].notna().all()
     seeds = seed_table(runs, TAU, 0.99).set_index("seed")
     assert (seeds.loc[1, "last_pass"], seeds.loc[1, "first_failure"]) == (48, 56)
@@ -379,8 +393,12 @@ def test_a_search_store_is_read_natively(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = (exp / "report.md").read_text()
     assert "## Search probes" in report and "9 probes over 2 configuration x seed series" in report
-    assert "| 1 | 3 | 56 | why 1-56 | 0.05 | 0.95 | fails |" in report
-    assert "| 2 | 1 | 64 | why 2-64 | 0.0001 | 0.9999 | passes |" in report
+    probes = pd.read_csv(exp / "probes.csv").set_index(["seed", "n_keys"])
+    assert len(probes) == 9 and "`probes.csv`" in report
+    assert tuple(probes.loc[(1, 56), ["probe_round", "probe_why", "final_eval_loss"]]) == (
+        3, "why 1-56", 0.05)
+    assert tuple(probes.loc[(2, 64), ["probe_round", "probe_why", "final_eval_accuracy"]]) == (
+        1, "why 2-64", 0.9999)
     assert "Grid holes" not in report  # each seed probes its own n_keys
     assert (exp / "loss_vs_keys.png").stat().st_size > 0
     assert not list(exp.glob("heatmap_*.png"))
@@ -420,8 +438,8 @@ def write_stall_store(exp: Path) -> None:
 def test_a_stalled_seed_counts_as_it_ended(tmp_path):
     exp = tmp_path / "results" / "st"
     write_stall_store(exp)
-    runs, _, _ = analyze.load_runs(exp)
-    runs["stalled"] = stalls.stalled(runs, exp / "runs", TAU)
+    runs, _, _ = load_runs(exp)
+    runs["stalled"] = stalls.stalled(runs, TAU)
     assert sorted(zip(*(runs.loc[runs["stalled"], k] for k in ("seed", "n_keys")))) == [
         (2, 60), (2, 80)]
     seeds = seed_table(runs, TAU, 0.99).set_index("seed")
@@ -437,7 +455,7 @@ def test_a_stalled_seed_counts_as_it_ended(tmp_path):
     proc = run_cli(["experiment=st", f"results_dir={exp.parent}", "logger=none"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = (exp / "report.md").read_text()
-    for needle in ("## Stalls", stalls.RULE.splitlines()[0], "2 of 14 runs stalled, at 2 points",
+    for needle in ("## Stalls", "2 of 14 runs stalled, at 2 points", "stalls 2 (0 cleared)",
                    "| ELU+1 | 60 | 1 of 3 | 33% |",
                    "ELU+1, seed 2, n_keys 80: stalled: 1 key of 80 never learned (key 37, "
                    "confused with 12: collides); final eval loss 0.02",
@@ -452,15 +470,16 @@ def test_a_stalled_seed_counts_as_it_ended(tmp_path):
 
 def test_a_stall_counts_the_keys_an_evaluation_queries(tmp_path):
     """At 300 keys an evaluation queries keys 0..199 (trainer.eval_max_queries): three dead keys
-    and nothing else wrong read as accuracy 1 - 3/200, not 1 - 3/300."""
+    and nothing else wrong read as accuracy 1 - 3/200, not 1 - 3/300; a run without a cap
+    (null) queries every key."""
     exp = tmp_path / "q"
     for cap in (200, None):
         write_run(exp, n_keys=300, loss=0.02, seed=1 if cap else 2, status="plateau",
                   accuracy=1 - 3 / 200, diagnostics={"dead_keys": 3},
-                  config=f"trainer:\n  eval_max_queries: {cap}\n" if cap else "")
+                  config=f"trainer:\n  eval_max_queries: {cap or 'null'}\n")
     write_run(exp, n_keys=300, loss=1e-4, seed=3, diagnostics={"dead_keys": 0})
-    runs, _, _ = analyze.load_runs(exp)
-    marked = dict(zip(runs["seed"], stalls.stalled(runs, exp / "runs", TAU)))
+    runs, _, _ = load_runs(exp)
+    marked = dict(zip(runs["seed"], stalls.stalled(runs, TAU)))
     assert marked == {1: True, 2: False, 3: False}
 
 
@@ -475,7 +494,7 @@ def test_a_configuration_that_is_only_infeasible_keeps_a_plain_label(tmp_path):
                      params={"nu": None}, d_dot=16, d_key=32, status="infeasible",
                      reason="dpfp cannot reach d_dot=16 with d_key=32")
     (path / "config.yaml").unlink()
-    runs, _, _ = analyze.load_runs(tmp_path / "i")
+    runs, _, _ = load_runs(tmp_path / "i")
     assert sorted(runs["label"].unique()) == ["DPFP", "DPFP-1"]
     capacity = capacity_table(runs, seed_table(runs, TAU, 0.99))
     assert capacity["label"].tolist() == ["DPFP", "DPFP-1"]
@@ -486,7 +505,7 @@ def test_a_configuration_that_is_only_infeasible_keeps_a_plain_label(tmp_path):
 def test_labels_sort_by_their_numbers_whatever_order_they_come_in(order):
     """Numbers compare as numbers, decimals included, and equal numbers by their text: the
     report's tables and colours must not depend on the (hash-seeded) order of a set."""
-    from kernelzoo.analysis.style import natural
+    from kernelzoo.analysis.labels import natural
 
     labels = ["lr=0.003", "lr=0.10", "FAVOR+ m=128", "lr=0.0003", "lr=0.1", "FAVOR+ m=64",
               "lr=0.001"]

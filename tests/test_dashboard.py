@@ -11,10 +11,9 @@ from matplotlib.figure import Figure
 from synthetic import write_grid_store, write_update_store
 from test_figures import tables
 
-from kernelzoo import analyze
 from kernelzoo.analysis import capacity
-from kernelzoo.records import tracking
-from kernelzoo.analysis.plots import save
+from kernelzoo.report.style import save
+from kernelzoo.report import dashboard
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +24,7 @@ def dashboards(tmp_path_factory):
         exp = tmp_path_factory.mktemp("results") / name
         write(exp)
         runs, _, table, families = tables(exp)
-        found[name] = analyze.dashboard_tables(runs, table, families)
+        found[name] = dashboard.dashboard_tables(runs, table, families)
     return found
 
 
@@ -49,7 +48,6 @@ def test_every_table_filters_by_map_and_view(dashboards):
     efficiency = grid["efficiency"]
     assert list(efficiency.loc[efficiency["view"] == "loss", "rank"]) == list(
         range(1, (efficiency["view"] == "loss").sum() + 1))
-    assert tracking.VIEWS == capacity.VIEWS
     diverged = dashboards["update"]["keys"].set_index(["label", "view", "n_keys"])
     assert pd.isna(diverged.loc[("FAVOR+ m=32 delta", "loss", 60), "value"])
 
@@ -58,7 +56,7 @@ def test_the_payload_holds_tables_charts_and_figures(dashboards, tmp_path):
     fig = Figure()
     fig.add_subplot().plot([1, 2])
     png = save(fig, tmp_path / "loss_vs_keys.png")
-    payload = tracking.dashboard_payload(dashboards["grid"], [png])
+    payload = dashboard.dashboard_payload(dashboards["grid"], [png])
     for name in ("capacity", "efficiency", "scaling", "keys"):
         table = payload[f"tables/{name}"]
         assert isinstance(table, wandb.Table)

@@ -159,7 +159,7 @@ def test_softmax_has_no_feature_rank():
 def test_reports_note_configurations_whose_feature_rank_moved():
     import pandas as pd
 
-    from kernelzoo.analysis.sections import rank_changes
+    from kernelzoo.report.sections import rank_changes
 
     runs = pd.DataFrame({"label": ["ReBased", "ReBased", "ELU+1"], "d_dot": [65, 65, 64],
                          "phi_effective_rank_initial": [40.0, 42.0, 50.0],

@@ -11,6 +11,7 @@ import pytest
 
 from kernelzoo.analysis import factorial
 from kernelzoo.analysis.capacity import SUFFIX
+import simulations
 
 
 def favor_params(redraw: str, scale: str, stabilize: str, m: int = 64) -> str:
@@ -103,7 +104,7 @@ def test_bounds_are_marked_in_the_section():
 def test_coverage_near_nominal(truth):
     """The effects' 95% intervals cover the truth in 600 simulated factorials (3 seeds per
     cell): normal noise, cell spreads growing threefold, 10% stall-like outliers, both."""
-    got = factorial.coverage(600, seed=11, **truth)
+    got = simulations.factorial_coverage(600, seed=11, **truth)
     for key, share in got.items():
         assert 0.92 <= share <= 0.98, (key, got)
 

@@ -14,17 +14,20 @@ import pytest
 from matplotlib.figure import Figure
 from synthetic import write_grid_store, write_update_store
 
-from kernelzoo import analyze
-from kernelzoo.analysis import efficiency, heatmaps, plots, published, scaling, style
+from kernelzoo.analysis import efficiency, published, scaling
+from kernelzoo.report import figures as capacity_figures
+from kernelzoo.report import heatmaps, panels, plots, style
 from kernelzoo.analysis.capacity import capacity_table, loss_failure, seed_table
+from kernelzoo.analysis import pipeline
+from kernelzoo.analysis.runs import load_runs
 
 TAU = 0.01
 
 
 def tables(exp):
     """(runs, seeds, capacity with its published columns, families) as ``analyze`` makes them."""
-    runs, _, _ = analyze.load_runs(exp)
-    runs["rank_bound"] = analyze.rank_bounds(runs, TAU)
+    runs, _, _ = load_runs(exp)
+    runs["rank_bound"] = pipeline.rank_bounds(runs, TAU)
     seeds = seed_table(runs, TAU, 0.99)
     bounds = capacity_table(runs, seeds).set_index("label")["rank_bound"]
     capacity = published.capacity_columns(
@@ -51,18 +54,18 @@ def update(tmp_path_factory):
 @pytest.fixture
 def drawn(monkeypatch, tmp_path):
     """Calls a figure function and returns the Figure it would have saved."""
-    figures = []
+    kept = []
 
     def keep(fig, path):
-        figures.append(fig)
+        kept.append(fig)
         return path
 
-    for module in (plots, scaling, efficiency):
+    for module in (plots, capacity_figures):
         monkeypatch.setattr(module, "save", keep)
 
     def draw(function, *args):
         function(*args, tmp_path)
-        fig = figures.pop()
+        fig = kept.pop()
         fig.draw_without_rendering()  # lays out the texts, so their extents are real
         return fig
     return draw
@@ -82,7 +85,7 @@ def inside(artist, ax) -> bool:
 
 def test_efficiency_shows_each_seed_beside_the_median_and_names_its_interval(grid, drawn):
     runs, seeds, capacity, _ = grid
-    fig = drawn(efficiency.capacity_efficiency, capacity, seeds, style.config_colors(capacity["label"]))
+    fig = drawn(capacity_figures.capacity_efficiency, capacity, seeds, style.config_colors(capacity["label"]))
     for ax in fig.axes:
         assert not ax.patches  # medians and intervals, no bars
         dots = [c for c in ax.collections if c.get_gid() == "seeds"]
@@ -150,18 +153,18 @@ def test_fwm_against_its_floor_and_diverged_runs_at_the_top(update, drawn):
 def test_every_error_bar_says_what_it_is(grid, update, drawn):
     runs, seeds, capacity, families = grid
     colors = style.config_colors(capacity["label"])
-    fig = drawn(plots.observed_vs_predicted, capacity, colors, TAU)
+    fig = drawn(capacity_figures.observed_vs_predicted, capacity, colors, TAU)
     texts = labels_of(fig)
     assert "solid bar: min-max of 3 seeds (order-statistic interval, 75%)" in texts
     assert "dashed bar: one seed's bracket [last pass, first fail]" in texts
     styles = {c.get_gid() for c in fig.axes[0].collections}
     assert {"interval", "bracket"} <= styles
-    fig = drawn(scaling.figure, families)
+    fig = drawn(capacity_figures.capacity_scaling, families)
     assert any(t.startswith("solid bar: min-max of 3 seeds") for t in labels_of(fig))
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["128", "256"]
     _, _, capacity, _ = update  # fwm's loss view has a floor: left out, and said so
-    fig = drawn(plots.observed_vs_predicted, capacity, style.config_colors(capacity["label"]),
+    fig = drawn(capacity_figures.observed_vs_predicted, capacity, style.config_colors(capacity["label"]),
                 TAU)
     assert any(t.startswith("left out: DPFP-1 fwm") for t in labels_of(fig))
     assert "DPFP-1 fwm" not in labels_of(fig)
@@ -190,18 +193,22 @@ def test_no_figure_draws_capacity_against_a_quantity_made_from_it(grid, monkeypa
     itself."""
     runs, seeds, capacity, families = grid
     figures = {}
-    for module in (plots, scaling, efficiency):
+    for module in (plots, capacity_figures, panels):
         monkeypatch.setattr(module, "save", lambda fig, path: figures.setdefault(path.stem, fig)
                             and path)
-    paths, _ = plots.all_figures(runs, seeds, capacity, published.points(runs), pd.DataFrame(),
+    paths, _ = capacity_figures.all_figures(runs, seeds, capacity, published.points(runs), pd.DataFrame(),
                                  families, tmp_path, TAU, 0.99, search=True)
     assert {p.stem for p in paths} == set(figures) == {
-        "loss_vs_keys", "observed_vs_predicted", "capacity_scaling", "capacity_efficiency",
-        "curves", "accuracy_vs_keys"}
+        "headline", "loss_panels", "accuracy_panels", "loss_vs_keys", "observed_vs_predicted",
+        "capacity_scaling", "capacity_efficiency", "curves", "accuracy_vs_keys"}
     drawn = 0
     for name, fig in figures.items():
         for ax in fig.axes:
             if "failure point" in ax.get_ylabel():
                 assert ax.get_xlabel() in ACROSS, (name, ax.get_xlabel())
                 drawn += 1
-    assert drawn == 1 + 1 + 3  # observed_vs_predicted, capacity_scaling's first, 3 efficiencies
+            if "failure point" in ax.get_xlabel():  # the horizontal dot plot of efficiency
+                assert ax.get_ylabel() in ACROSS, (name, ax.get_ylabel())
+                drawn += 1
+    # headline's first, observed_vs_predicted, capacity_scaling's first, 3 efficiencies
+    assert drawn == 1 + 1 + 1 + 3

@@ -53,5 +53,5 @@ def test_make_sweep_on_a_fresh_clone_trains_and_leaves_git_clean(tmp_path, cli_e
     assert len(trained) == planned >= 30, res.stdout[-3000:]
     report = (clone / "results" / "local" / "quick" / "report.md").read_text()
     header = next(line for line in report.splitlines() if line.startswith("| configuration"))
-    assert "| loss view | reference (loss) | published (loss) | rank bound |" in header, header
+    assert "| loss / d_dot | reference (loss) | published (loss) | flags |" in header, header
     assert git(["status", "--porcelain"], clone) == ""

@@ -190,7 +190,7 @@ def test_a_special_or_wrong_checkpoint_restarts_the_run_with_its_reason(tmp_path
 def test_a_special_or_undecodable_config_is_named_by_the_analysis(tmp_path):
     from synthetic import write_series
 
-    from kernelzoo.analyze import load_runs
+    from kernelzoo.analysis.runs import load_runs
 
     exp = tmp_path / "exp"
     fifo, binary, fine = write_series(exp, {10: 1e-4, 20: 1e-4, 30: 0.5})
@@ -228,7 +228,8 @@ def _trained_twice(exp: Path) -> None:
 
 def test_a_configuration_trained_under_two_settings_gets_a_failure_point_each(tmp_path):
     from kernelzoo.analysis import prediction
-    from kernelzoo.analyze import load_runs, sort_out
+    from kernelzoo.analysis.pipeline import sort_out
+    from kernelzoo.analysis.runs import load_runs
     from kernelzoo.analysis.capacity import capacity_table, seed_table
 
     _trained_twice(tmp_path / "two")
@@ -247,7 +248,8 @@ def test_settings_varied_at_different_n_keys_are_split_too(tmp_path):
     from synthetic import write_series
 
     from kernelzoo.analysis.capacity import capacity_table, seed_table
-    from kernelzoo.analyze import load_runs, sort_out
+    from kernelzoo.analysis.pipeline import sort_out
+    from kernelzoo.analysis.runs import load_runs
 
     exp = tmp_path / "patience"
     for patience, steps, grid, fails in ((10, 100000, (10, 20, 30, 40), 30),
@@ -290,7 +292,8 @@ def test_foreign_runs_and_duplicate_ids_are_left_out_and_named(tmp_path):
 
     from synthetic import write_series
 
-    from kernelzoo.analyze import load_runs, sort_out
+    from kernelzoo.analysis.pipeline import sort_out
+    from kernelzoo.analysis.runs import load_runs
 
     exp = tmp_path / "mine"
     own = write_series(exp, {10: 1e-4, 20: 0.5})
@@ -570,7 +573,7 @@ def test_a_read_only_store_mid_sweep_is_one_line_and_recorded(tmp_path, cli_env,
 def test_the_analysis_reads_no_run_through_a_link(tmp_path):
     from synthetic import write_series
 
-    from kernelzoo.analyze import load_runs
+    from kernelzoo.analysis.runs import load_runs
 
     own = write_series(tmp_path / "mine", {10: 1e-4})
     [outside] = write_series(tmp_path / "elsewhere", {20: 1e-4})

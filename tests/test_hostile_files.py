@@ -26,7 +26,7 @@ def test_a_fifo_in_a_reference_store_is_one_line_of_the_docs_check(tmp_path, cap
     a FIFO where a reference store keeps its sweep record or its capacity table."""
     from test_results_doc import scratch
 
-    from kernelzoo import results_doc
+    import results_doc
 
     root = scratch(tmp_path)
     path = root / "results" / "reference" / "quick" / name
@@ -161,7 +161,7 @@ def test_the_docs_generator_answers_a_store_it_cannot_read_or_a_docs_it_cannot_w
 
     from test_results_doc import scratch
 
-    from kernelzoo import results_doc
+    import results_doc
 
     root = scratch(tmp_path)
     quick = root / "results" / "reference" / "quick"

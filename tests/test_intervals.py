@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kernelzoo.analysis import intervals
+import simulations
 
 
 @pytest.mark.parametrize("n, level", [(3, 0.75), (4, 0.875), (5, 0.9375), (7, 1 - 2 / 128)])
@@ -56,7 +57,7 @@ def test_the_intervals_cover_the_truth_in_simulated_studies(truth):
     the nominal 95% intervals of a and b cover at least 93%, and the median interval of one
     configuration covers at least its own level (less 3 standard errors of 20,000 draws);
     from 6 seeds that level is 95% or more."""
-    got = intervals.coverage(2000, seed=3, **truth)
+    got = simulations.intervals_coverage(2000, seed=3, **truth)
     assert got["b"] >= 0.93 and got["a"] >= 0.93, got
     level = intervals.median_interval(list(range(truth["seeds"])))[3]
     assert got["median"] >= level - 3 * math.sqrt(level * (1 - level) / 20000), got
@@ -65,10 +66,10 @@ def test_the_intervals_cover_the_truth_in_simulated_studies(truth):
 
 
 def test_the_test_of_n_star_equal_to_d_dot_keeps_a_true_identity():
-    got = intervals.coverage(2000, seed=5, a=1.0, b=1.0, seeds=5, between=0.06, within=0.1,
+    got = simulations.intervals_coverage(2000, seed=5, a=1.0, b=1.0, seeds=5, between=0.06, within=0.1,
                              outlier_rate=0.0)
     assert got["identity"] >= 0.93, got
-    wrong = intervals.coverage(300, seed=5, a=0.8, b=1.0, seeds=5, between=0.02, within=0.05,
+    wrong = simulations.intervals_coverage(300, seed=5, a=0.8, b=1.0, seeds=5, between=0.02, within=0.05,
                                outlier_rate=0.0)
     assert wrong["identity"] < 0.2, wrong  # a 20% shortfall is found
 
@@ -79,7 +80,7 @@ def test_a_seed_bootstrap_within_levels_would_not_cover_with_level_deviations():
     rng = np.random.default_rng(0)
     covered = 0
     for _ in range(300):
-        d, n_star = intervals.simulate(rng, seeds=5, between=0.05, within=0.05, outlier_rate=0)
+        d, n_star = simulations.intervals_simulate(rng, seeds=5, between=0.05, within=0.05, outlier_rate=0)
         x, y = np.log(d), np.log(n_star)
         slope = (x - x.mean()) / ((x - x.mean()) @ (x - x.mean()))
         index = np.concatenate([start + rng.integers(0, 5, (500, 5)) for start in range(0, 25, 5)],

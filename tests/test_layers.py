@@ -15,7 +15,8 @@ LAYER = {
     "kernelzoo.maps": 1,
     "kernelzoo.core": 2, "kernelzoo.records": 2,
     "kernelzoo.training": 3, "kernelzoo.analysis": 3,
-    "kernelzoo.train": 5, "kernelzoo.analyze": 5, "kernelzoo.results_doc": 5,
+    "kernelzoo.report": 4,  # the presentation: takes an Analysis
+    "kernelzoo.train": 5, "kernelzoo.analyze": 5,
     "kernelzoo.sweep": 6,  # the front door of train's Hydra app
     "kernelzoo.bench": 6,  # measures runs through the trainer's command (train.run)
     "hydra_plugins.kernelzoo_sweeper": 6,

@@ -13,6 +13,7 @@ from scipy import stats
 
 from kernelzoo.analysis import optimisation
 from kernelzoo.analysis.capacity import SUFFIX
+import simulations
 
 RUNS = pd.DataFrame({"status": ["plateau", "converged"]})  # no run at the step cap
 
@@ -191,8 +192,7 @@ def test_the_section_is_empty_without_learning_rates_to_compare():
     seeds, capacity = study({("ELU+1", 16): {"0.001": [16.0, 15.9, 16.1],
                                                 "0.003": [16.0, 15.9, 16.1]}})
     lines = optimisation.section(seeds, capacity, RUNS)
-    assert lines[:5] == ["## Capacity or optimisation?", "", optimisation.RULE, "",
-                         "### Learning rate"]
+    assert lines[:3] == ["## Capacity or optimisation?", "", "### Learning rate"]
     assert ("- loss view, 1 configuration: rises beyond the margin: 0; rises within the margin: "
             "0; does not move: 1; cannot tell: 0." in lines)
 
@@ -204,7 +204,7 @@ def test_the_section_is_empty_without_learning_rates_to_compare():
 
 @pytest.mark.parametrize("seeds, noise", [(3, "normal"), (5, "normal"), (3, "lognormal")])
 def test_the_interval_covers_the_true_difference_at_its_level(seeds, noise):
-    got = optimisation.coverage(4000, seed=1, seeds=seeds, noise=noise)
+    got = simulations.optimisation_coverage(4000, seed=1, seeds=seeds, noise=noise)
     assert 0.945 <= got["covers"] <= 0.97, got  # two-sided 95%; 96.0%, 95.8%, 95.9% here
     assert got["upper"] >= 0.945 and got["lower"] >= 0.985, got  # 95%; 1 - 0.05/4 = 98.75%
     assert got["rises"] <= 0.05, got  # no lr raises it: the Bonferroni bound holds the rate
@@ -218,7 +218,7 @@ def test_a_rise_of_exactly_the_margin_is_rarely_called_does_not_move(seeds, outl
     outliers (a seed at half its failure point) widen the intervals more than they shrink the
     rise, so the false rate stays under 5% with them too: at these seeds 3.0% and 2.6% at 3 and
     5 seeds, 1.9% with 10% stalls at 3 seeds, 2.5% with 20% at 5."""
-    got = optimisation.coverage(4000, seed=2, seeds=seeds, rises=(1.0, -3.0, -3.0, -3.0),
+    got = simulations.optimisation_coverage(4000, seed=2, seeds=seeds, rises=(1.0, -3.0, -3.0, -3.0),
                                  outlier_rate=outlier_rate)
     assert got["does not move"] <= most, got
 
@@ -226,9 +226,9 @@ def test_a_rise_of_exactly_the_margin_is_rarely_called_does_not_move(seeds, outl
 def test_the_power_to_say_does_not_move_at_3_and_5_seeds():
     """No lr moves the failure point; the test says so in 16% of studies at 3 seeds, 45% at 5
     and 83% at 10, with seeds spread by 0.05 d_dot; at 0.03 d_dot, 53% and 86% (these seeds)."""
-    power = {n: optimisation.coverage(4000, seed=3, seeds=n)["does not move"] for n in (3, 5, 10)}
+    power = {n: simulations.optimisation_coverage(4000, seed=3, seeds=n)["does not move"] for n in (3, 5, 10)}
     assert 0.12 <= power[3] <= 0.20 and 0.42 <= power[5] <= 0.52 and power[10] >= 0.78, power
-    tight = {n: optimisation.coverage(4000, seed=3, seeds=n, sd=0.03)["does not move"]
+    tight = {n: simulations.optimisation_coverage(4000, seed=3, seeds=n, sd=0.03)["does not move"]
              for n in (3, 5)}
     assert 0.48 <= tight[3] <= 0.58 and tight[5] >= 0.83, tight
 
@@ -282,11 +282,11 @@ def test_the_paired_interval_covers_at_its_level_however_the_seeds_correlate(rho
     error of 0.34 points (Welch's interval over-covers as the correlation grows, 97.0% to
     99.8%); the share of studies that say "does not move" when nothing moves grows with it: 47%,
     68% and 94% paired against 57%, 62% and 71% Welch."""
-    got = optimisation.coverage(4000, seed=4, rises=(0.0,), sd_ratios=(1.0, 1.0), rho=rho,
+    got = simulations.optimisation_coverage(4000, seed=4, rises=(0.0,), sd_ratios=(1.0, 1.0), rho=rho,
                                 noise=noise, test="paired")
     assert 0.94 <= got["covers"] <= 0.96 and got["upper"] >= 0.94, got
     assert got["rises"] <= 0.06, got  # one level: the lower bound's 5%, 5.2-5.3% here
-    welch = optimisation.coverage(4000, seed=4, rises=(0.0,), sd_ratios=(1.0, 1.0), rho=rho,
+    welch = simulations.optimisation_coverage(4000, seed=4, rises=(0.0,), sd_ratios=(1.0, 1.0), rho=rho,
                                   noise=noise)
     assert welch["covers"] >= 0.96, welch
     if rho >= 0.9:
@@ -301,7 +301,7 @@ def test_a_rise_of_the_margin_is_rarely_called_does_not_move_with_correlated_see
     outliers on each value on its own (they break the pairing): a false "does not move" in at
     most 0.9% of studies (paired) and 0.7% (Welch)."""
     for rho in (0.5, 0.9):
-        got = optimisation.coverage(4000, seed=2, rises=(1.0,), sd_ratios=(1.0, 1.0), rho=rho,
+        got = simulations.optimisation_coverage(4000, seed=2, rises=(1.0,), sd_ratios=(1.0, 1.0), rho=rho,
                                     outlier_rate=outlier_rate, test=test)
         assert got["does not move"] <= 0.02, (rho, got)
 
@@ -313,7 +313,7 @@ def test_a_rise_that_some_seeds_carry_can_go_unseen(test):
     (paired) and 9% (Welch) of studies at 3 seeds, and 3.4-3.6% at 5 seeds; carried by all
     seeds, in at most 1%."""
     def false_rate(seeds, share):
-        return optimisation.coverage(4000, seed=5, seeds=seeds, rises=(1.0,),
+        return simulations.optimisation_coverage(4000, seed=5, seeds=seeds, rises=(1.0,),
                                      sd_ratios=(1.0, 1.0), rho=0.9, moved_share=share,
                                      test=test)["does not move"]
     assert 0.08 <= false_rate(3, 0.5) <= 0.16

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from synthetic import analyze_store, write_run
 
-from kernelzoo import analyze
 from kernelzoo.analysis import prediction
 from kernelzoo.analysis.capacity import VIEWS
+from kernelzoo.analysis.runs import load_runs
 
 TAU = 0.01
 
@@ -41,7 +41,7 @@ def write_ranked_store(exp) -> None:
 
 def test_the_diagnostics_at_the_d_dot_probe(tmp_path):
     write_ranked_store(tmp_path / "r")
-    runs, _, _ = analyze.load_runs(tmp_path / "r")
+    runs, _, _ = load_runs(tmp_path / "r")
     found = prediction.at_d_dot(runs)
     assert found.loc["ELU+1", "rank_at_d_dot"] == 61.0  # the mean over its two seeds at 64
     assert found.loc["ELU+1", "effective_rank_at_d_dot_initial"] == 41.0

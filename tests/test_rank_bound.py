@@ -80,7 +80,7 @@ def test_a_cosformer_query_reads_d_key_features_and_its_bound_is_that_of_d_key()
     d_dot, and the analysis bounds it by d_key (``FeatureMap.query_rank_of``)."""
     import torch
 
-    from kernelzoo.analysis.style import query_rank
+    from kernelzoo.analysis.labels import query_rank
     from kernelzoo.maps.catalog import build_feature_map
 
     phi = build_feature_map("cosformer", d_key=8)

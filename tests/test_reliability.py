@@ -94,9 +94,9 @@ def check_partial_store(results: Path, experiment: str = "smoke") -> int:
     for p in finished:
         store.read_summary(p)
     if not ANALYZE_MISSING:
-        from kernelzoo import analyze as analyze_module
+        from kernelzoo.analysis.runs import load_runs
 
-        runs, missing, corrupted = analyze_module.load_runs(results / experiment)
+        runs, missing, corrupted = load_runs(results / experiment)
         assert not corrupted, corrupted
         assert len(runs) == len(finished)
         assert len(missing) == sum(1 for p in d.iterdir() if p.is_dir()) - len(finished)

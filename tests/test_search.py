@@ -15,8 +15,7 @@ import random
 import numpy as np
 import pytest
 
-from kernelzoo.analyze import loss_failure
-from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, accuracy_failing, failing
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, accuracy_failing, failing, loss_failure
 from hydra_plugins.kernelzoo_sweeper._search import (Observation, Peak, Probe, SearchConf, Spec,
                                                      Verdict, default_resolution, make_spec,
                                                      next_probes, search_views)
@@ -394,7 +393,7 @@ def test_a_view_the_search_left_out_is_marked_not_searched():
     import pandas as pd
 
     from kernelzoo.analysis.capacity import combine, seed_table
-    from kernelzoo.analysis.report import observed
+    from kernelzoo.report.markdown import observed
 
     runs = pd.DataFrame({"label": "ELU+1", "seed": 1, "status": "converged",
                          "n_keys": [8, 16, 20], "final_eval_loss": [1e-4, 1e-3, 0.5],

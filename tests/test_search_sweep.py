@@ -9,6 +9,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import DONE, analyze, smoke_args, sweep
 
@@ -70,7 +71,9 @@ def test_interrupted_search_continues_and_a_finished_one_trains_nothing(tmp_path
     res = analyze(["experiment=smoke", f"results_dir={results}", "logger=none"], cli_env)
     assert res.returncode == 0, res.explain()
     report = (results / "smoke" / "report.md").read_text()
-    assert "## Search probes" in report and "bracket: " in report
+    assert "## Search probes" in report and "`probes.csv`" in report
+    probes = pd.read_csv(results / "smoke" / "probes.csv")
+    assert probes["probe_why"].str.startswith("bracket: ").any()
 
 
 @pytest.mark.slow

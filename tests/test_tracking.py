@@ -146,3 +146,15 @@ def test_a_checkout_is_told_to_make_sync():
     from kernelzoo.records import tracking
 
     assert tracking.SYNC == "`make sync`"  # tests run in a checkout (a plain install: test_install)
+def test_a_runs_configuration_key_groups_its_seeds_and_sizes_of_memory():
+    """The summary value wandb groups a configuration's runs by: every run of it (any seed,
+    any n_keys) shares it, another parameter or learning rate does not."""
+    summary = {"feature_map": "dpfp", "feature_map_params": {"nu": 1}, "d_key": 16, "d_dot": 32,
+               "update_rule": "sum", "seed": 1, "n_keys": 16, "final_eval_loss": 0.01}
+    key = tracking.configuration_key(summary, 0.001)
+    assert key == "dpfp nu=1 d_key=16 d_dot=32 sum lr=0.001"
+    assert tracking.configuration_key({**summary, "seed": 2, "n_keys": 40}, 0.001) == key
+    assert tracking.configuration_key(summary, 0.003) != key
+    assert tracking.configuration_key({**summary, "feature_map_params": {"nu": 2}}, 0.001) != key
+    assert tracking.configuration_key({**summary, "feature_map_params": {}}) == \
+        "dpfp d_key=16 d_dot=32 sum"

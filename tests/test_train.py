@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 from conftest import slow_but
+from wandb_records import summary_keys
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -70,6 +71,11 @@ def test_elu_20_keys_converges_and_writes_a_complete_store_entry(tmp_path):
     offline = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(offline) == 1, "one offline wandb run under the results directory"
     assert "wandb: offline" in res.stdout
+    # read back: the run groups by its configuration and carries its final eval loss and accuracy
+    logged = summary_keys(next(offline[0].glob("*.wandb")))
+    assert json.loads(logged["configuration"]) == "elu d_key=64 d_dot=64 sum lr=0.001"
+    assert json.loads(logged["final_eval_loss"]) == pytest.approx(summary["final_eval_loss"])
+    assert json.loads(logged["final_eval_accuracy"]) == 1.0
 
 
 @pytest.mark.slow

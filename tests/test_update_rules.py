@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from synthetic import analyze_store, write_run, write_series
 
-from kernelzoo import analyze
 from kernelzoo.analysis import update_rules
 from kernelzoo.analysis.capacity import capacity_table, seed_table
+from kernelzoo.analysis.runs import load_runs
 
 TAU = 0.01
 DPFP1 = {"feature_map": "dpfp", "params": {"nu": 1}, "d_dot": 128, "task": "update"}
@@ -37,7 +37,7 @@ def write_figure3_store(exp):
 
 
 def tables(exp):
-    runs, _, _ = analyze.load_runs(exp)
+    runs, _, _ = load_runs(exp)
     return capacity_table(runs, seed_table(runs, TAU, 0.99)), runs
 
 

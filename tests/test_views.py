@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 from synthetic import analyze_store, write_run
 
-from kernelzoo import analyze
 from kernelzoo.analysis import rank_bound
 from kernelzoo.analysis.capacity import capacity_table, seed_table
+from kernelzoo.analysis import pipeline
+from kernelzoo.analysis.runs import load_runs
 
 TAU = 0.01
 
@@ -29,8 +30,8 @@ def rank_series(exp, seed: int = 1) -> None:
 
 def test_a_rank_bound_series_fails_at_exactly_d_dot_in_the_loss_and_keys_views(tmp_path):
     rank_series(tmp_path / "r")
-    runs, _, _ = analyze.load_runs(tmp_path / "r")
-    runs["rank_bound"] = analyze.rank_bounds(runs, TAU)
+    runs, _, _ = load_runs(tmp_path / "r")
+    runs["rank_bound"] = pipeline.rank_bounds(runs, TAU)
     assert runs["rank_bound"].unique().tolist() == [16]
     seed = seed_table(runs, TAU, 0.99).iloc[0]
     # log interpolation between 16 (1e-4) and 18 (0.0556) would say 17.4: beyond the bound
@@ -58,8 +59,8 @@ def test_a_diluted_series_fails_the_loss_view_early_and_not_the_others(tmp_path)
         acc = 1.0 if n <= 64 else 0.6
         write_run(tmp_path / "d", n_keys=n, loss=0.002 * 2 ** (n / 6), accuracy=acc,
                   feature_map="taylor", d_key=10, d_dot=66)
-    runs, _, _ = analyze.load_runs(tmp_path / "d")
-    runs["rank_bound"] = analyze.rank_bounds(runs, TAU)
+    runs, _, _ = load_runs(tmp_path / "d")
+    runs["rank_bound"] = pipeline.rank_bounds(runs, TAU)
     seed = seed_table(runs, TAU, 0.99).iloc[0]
     assert seed["outcome"] == "fails_at" and 12 < seed["value"] < 14
     assert seed["outcome_acc"] == "fails_at" and 64 < seed["value_acc"] < 96

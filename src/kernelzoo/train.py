@@ -167,7 +167,8 @@ def train_claimed(todo: list[Member], echo):
         checkpoint.remove(m.path)
         if m.path != m.home:
             store.swap_in(m.path, m.home)
-        m.tracker.summary({k: v for k, v in summary.items() if not isinstance(v, dict)})
+        m.tracker.summary({**{k: v for k, v in summary.items() if not isinstance(v, dict)},
+                           "configuration": tracking.configuration_key(summary, m.cfg.trainer.lr)})
         m.tracker.finish(0)
         m.tracker = None
         loss = summary["final_eval_loss"]

@@ -101,7 +101,7 @@ def plan(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Plan:
     of = runs["stall_check_of"]
     checked = set(of.dropna())
     ordinary = runs[of.isna()]
-    flags = stalled(ordinary, runs_dir, threshold)
+    flags = stalled(ordinary, threshold)
     for row in sorted(ordinary[flags].itertuples(), key=lambda r: r.run_id):
         if row.run_id not in points:
             found.elsewhere += 1

@@ -1,3 +1,3 @@
-"""Analysis: the capacity views and failure-point rules, the rank bound, stalls, intervals,
-scaling, prediction, the published values, the report and its figures. It reads stores; it
-never imports training."""
+"""Analysis: the rules that turn a store's runs into failure points, intervals, the rank bound,
+stalls, the d_dot law, rankings and the published comparison; ``pipeline.analyse`` reads a store
+once and returns them as one record. It never imports training, and draws or writes nothing."""

@@ -2,21 +2,7 @@
 view at each, and why a family moves (``section``, the report's subsection after "Rankings per
 view"). Pure: it reads no file.
 
-Rule (stated again in docs/analysis.md)
----------------------------------------
-Between two neighbouring sizes (``rankings.sizes``), the families present at both
-(``scaling.py``'s family: the configuration without what d_dot decides) are ranked among
-themselves at each size, per view, by efficiency = failure point / d_dot, and the two orders
-compared (Spearman's rho). It needs more than 2 x ``GAP`` families ranked at both sizes; with
-fewer, a move of ``GAP`` places spans most of the order, and the d_dot law per family
-(``scaling.py``) answers instead. A family moves in a view when its rank changes by ``GAP``
-places or more. The move is explained by:
-- its own efficiency, where that changed in the direction of the move (the two sizes'
-  intervals apart; a bound counts as the half-line it allows), together with what the store
-  measured at one size only (rank collapse, fewer features read than written, a diluted
-  read-out: ``rankings.py``), or else no measured cause;
-- otherwise (its efficiency held, or changed against the move), the families it swaps order
-  with whose own efficiency changed, or else the seeds' intervals.
+Its rule is stated once, in docs/analysis.md ("Rankings between sizes").
 """
 
 from __future__ import annotations
@@ -30,9 +16,8 @@ from scipy import stats
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.rankings import GAP, HEADLINE, diluted, efficiency_cell, limits, ranks
 from kernelzoo.analysis.efficiency import efficiency_order
-from kernelzoo.analysis.style import natural_key
+from kernelzoo.analysis.labels import natural_key
 
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 def _span(r, view: str) -> tuple[float, float]:

@@ -2,32 +2,7 @@
 their aggregate over seeds, on the runs table that ``runs.load_runs`` reads. Pure: it reads no
 file.
 
-Failure-point rule (stated again in report.md)
-----------------------------------------------
-A configuration is (feature_map, params, d_key, d_dot, update_rule, lr). Each configuration and
-seed is a series over n_keys ascending; infeasible runs are left out, every other run counts as
-it ended (a stalled run included: see Stalls). Three views of its capacity:
-- loss (the authors' rule, compared with the paper): a point fails when its final eval loss is
-  above tau, missing, or the run diverged. The failure point is the first failing n whose next
-  point fails too (a failure followed by a pass is noise; a failing last point counts alone).
-  Between the last pass n_a (loss l_a) and that failure n_b (loss l_b),
-  n* = n_a + (log tau - log l_a) / (log l_b - log l_a) * (n_b - n_a), clamped to [n_a, n_b]
-  and to the rank bound (the largest n_keys whose loss floor, that of a rank-d_dot read-out, is
-  <= tau: ``rank_bound.py``); losses are floored at 1e-12, the midpoint when l_b is not finite.
-- accuracy: the same rule with "final eval accuracy < the accuracy threshold, missing, or
-  diverged" as failing, interpolated linearly in accuracy. A memory whose read-out is diluted
-  (loss above tau, every key still answered right) fails the loss view, not this one.
-- keys retrieved: the most associations the memory returns, max over the probed n_keys of
-  n_keys x final eval accuracy (0 when diverged or missing), no threshold; "fails_at" when a
-  probe above that n_keys retrieves fewer, else "never_fails" (a lower bound).
-Outcomes: "fails_at" (a value), "never_fails" (a lower bound: the largest n tried),
-"fails_everywhere" (the first point already fails; an upper bound: the smallest n tried),
-"no_data"; "not_searched" (a view the failure-point search was not asked to locate,
-``search.views``: its probes' values are no answer there). Seeds aggregate to the median of their values (bounds included) with the
-order-statistic interval of ``intervals.py`` (its level in ``ci_level``); a single seed's
-interval is its bracket [n_a, n_b] (a bound's, the bound itself). A configuration's outcome is
-its most common seed outcome (ties: fails_at, then fails_everywhere). Predicted capacity = the
-map's d_dot (null: unbounded); ratio = value / predicted, per view.
+Its rule is stated once, in docs/analysis.md ("The failure point in three views").
 """
 
 from __future__ import annotations
@@ -40,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis.intervals import describe, median_interval
-from kernelzoo.analysis.style import natural_key
+from kernelzoo.analysis.labels import natural_key
 
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule", "lr")
 VIEWS = ("loss", "accuracy", "keys_retrieved")
@@ -50,13 +25,13 @@ CAPACITY_COLUMNS = CONFIG_KEYS + (
     "predicted_capacity", "n_seeds", "observed_capacity", "ci_low", "ci_high", "first_failure",
     "ratio", "outcome",
 )
-EXTRA_COLUMNS = ("ci_level", "rank_bound",
-                 "observed_capacity_acc", "ci_low_acc", "ci_high_acc", "first_failure_acc",
-                 "ratio_acc", "outcome_acc",
-                 "observed_capacity_keys", "ci_low_keys", "ci_high_keys", "ratio_keys",
-                 "outcome_keys", "label")
+EXTRA_COLUMNS = ("ci_level", "rank_bound",  # then each further view's columns, from VIEWS
+                 *(f"{column}{SUFFIX[view]}" for view in VIEWS[1:]
+                   for column in ("observed_capacity", "ci_low", "ci_high", "first_failure",
+                                  "ratio", "outcome")
+                   if column != "first_failure" or view != "keys_retrieved"),
+                 "label")
 OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 LOSS_FLOOR = 1e-12  # losses are floored here before their log is taken
@@ -254,23 +229,29 @@ def interval_words(view: str, n_seeds: int, outcome: str) -> str:
 
 
 def by_view(capacity: pd.DataFrame) -> pd.DataFrame:
-    """``capacity`` with one row per configuration and view, for filtering by map and view:
-    the configuration (label, CONFIG_KEYS, predicted capacity, seeds, rank bound), ``view``, and
-    the view's failure_point, ci_low, ci_high, interval (``interval_words``), outcome and ratio;
-    the authors' published failure point beside the loss view only."""
+    """The long capacity table: one row per configuration and view, for filtering by map and
+    view: the configuration (label, CONFIG_KEYS, predicted capacity, seeds, rank bound),
+    ``view``, and the view's failure_point, ci_low, ci_high, level (the interval's coverage over
+    seeds; NaN for one seed or a view without intervals), interval (``interval_words``), outcome
+    and ratio; the authors' published failure point beside the loss view only, and the
+    configuration's ``flags`` where ``capacity`` has them (``flags.py``)."""
     keep = [c for c in ("label", *CONFIG_KEYS, "predicted_capacity", "n_seeds", "rank_bound")
             if c in capacity]
     frames = []
     for view in VIEWS:
         s = SUFFIX[view]
+        intervals = [interval_words(view, n, o) for n, o in
+                     zip(capacity["n_seeds"], capacity[f"outcome{s}"])]
         part = capacity[keep].assign(
             view=view, failure_point=capacity[f"observed_capacity{s}"],
             ci_low=capacity[f"ci_low{s}"], ci_high=capacity[f"ci_high{s}"],
-            interval=[interval_words(view, n, o) for n, o in
-                      zip(capacity["n_seeds"], capacity[f"outcome{s}"])],
-            outcome=capacity[f"outcome{s}"], ratio=capacity[f"ratio{s}"])
+            level=[level if kind.endswith("%)") else math.nan
+                   for level, kind in zip(capacity["ci_level"], intervals)],
+            interval=intervals, outcome=capacity[f"outcome{s}"], ratio=capacity[f"ratio{s}"])
         for column in ("published_capacity", "published_outcome"):
             if column in capacity:
                 part[column] = capacity[column] if view == "loss" else None
+        if "flags" in capacity:
+            part["flags"] = capacity["flags"]
         frames.append(part)
     return pd.concat(frames, ignore_index=True)

@@ -1,35 +1,7 @@
 """Bounds as censored values: a seed whose failure point in a view is a bound is an interval of
 values, never a number and never left out. Pure: it reads no file.
 
-Censored statistics
--------------------
-A seed's failure point in a view is the interval [lo, hi] its outcome allows: fails_at v is the
-point [v, v]; never_fails at v (a lower bound: the largest n tried still passed) is [v, inf);
-fails_everywhere at v (an upper bound: the smallest n tried already failed) is (0, v].
-
-Median over n seeds (``median``): the k-th smallest true value lies in [lo_(k), hi_(k)], lo and
-hi each sorted, so the median lies in [median of lo, median of hi]: a point when the bounds lie
-beyond it (a lower bound at the top probe, above the seeds that fail at a point), else the
-interval the bounds leave. The order-statistic interval [x_(k), x_(n+1-k)] of
-``intervals.median_interval`` becomes [lo_(k), hi_(n+1-k)]: it contains the interval of the true
-values, so it covers the true median at least at that level, whatever the distribution and
-wherever the bounds lie; an end at inf or 0 says the data bound it on one side only.
-
-The d_dot law over censored levels (``law``): y_j = ln m_j, m_j the median of level j, is
-y_j = ln a + b ln d_dot_j + e_j with e_j ~ N(0, s^2) independent over the k levels: e_j holds both
-the seeds' noise in the median and the level's deviation from the power law
-(``intervals.level_law``). A level whose median is an interval [l_j, h_j] enters the likelihood
-as the probability of that interval, Phi((ln h_j - mu_j) / s) - Phi((ln l_j - mu_j) / s) (Tobit's
-censored normal), a point as its density; (ln a, b, ln s) maximise it (scipy.optimize). Without a
-censored level this is least squares and every statement below is ``intervals.level_law``'s: the
-Wald intervals from the likelihood's curvature have their standard errors times sqrt(k / (k - 2))
-(the maximum-likelihood s^2 is RSS / k, least squares' RSS / (k - 2)) and t(k - 2) quantiles; the
-joint test of n* = d_dot (a = 1 and b = 1) takes the likelihood ratio LR of the fits without and
-with that constraint to the F scale, F = (exp(LR / k) - 1)(k - 2) / 2, against F(2, k - 2) (with
-no censored level LR = k ln(RSS_0 / RSS) and F is the usual F). The fit needs ``MIN_POINTS``
-levels whose median is a point (with fewer, a censored level lets s shrink to 0); the other
-levels enter as their intervals. Size and coverage, with bounded seeds, between-level deviations
-and outliers, are checked by simulation with known truth (``tests/test_censored.py``).
+Its rule is stated once, in docs/analysis.md ("Bounds as censored values").
 """
 
 from __future__ import annotations
@@ -44,7 +16,6 @@ from kernelzoo.analysis.intervals import LEVEL, _order
 
 MIN_POINTS = 3
 LOWER, UPPER = "never_fails", "fails_everywhere"  # outcomes that are bounds
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 def seed_intervals(outcomes, values) -> tuple[np.ndarray, np.ndarray]:

@@ -2,19 +2,7 @@
 and a training loss that blew up (the read-out's denominator near zero). Per run from its
 curve.csv, counted per configuration as flags (``tiers.py``). Pure: the caller reads the curves.
 
-Diagnoses from curves
----------------------
-Per run, from its evaluations during training (curve.csv) and its final eval accuracy:
-- learned then lost: some evaluation reached eval accuracy >= ``LEARNED`` and the run ended
-  below it (the stopping rule kept the last state, not the best);
-- never learned: no evaluation's accuracy rose above ``CHANCE`` x 1 / n_keys (chance);
-- blew up: some training loss above ``BLOW_UP`` (a query's loss 0.5 ||p - y||^2 starts near
-  0.5 and a read-out normalised by a sum of non-negative kernels stays near that scale; a loss
-  far above it means the normaliser's denominator came near zero, as a kernel that can be
-  negative allows).
-A configuration counts its runs with each diagnosis (``learned_then_lost``, ``never_learned``,
-``blew_up``) and the largest training loss of any of its runs (``peak_train_loss``); a run
-without a curve counts in none.
+Its rule is stated once, in docs/analysis.md ("Diagnoses from curves").
 """
 
 from __future__ import annotations
@@ -29,7 +17,6 @@ LEARNED = 0.99   # eval accuracy that counts as learned
 CHANCE = 2.0     # never learned: accuracy never above CHANCE / n_keys
 BLOW_UP = 10.0   # a training loss above this: the denominator came near zero
 COLUMNS = ("learned_then_lost", "never_learned", "blew_up", "peak_train_loss")
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 @dataclass(frozen=True)

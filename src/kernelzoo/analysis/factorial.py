@@ -1,31 +1,7 @@
 """Factorial effects: what each change of a map's settings does to its failure point, alone and
 in combination (the ``favor_diagnosis`` design). Pure: it reads no file.
 
-Design and effects
-------------------
-Design (``designs``): configurations of one map that share d_key, d_dot, update rule and lr form
-a 2^k factorial when k >= 2 of their parameters take two levels each and every combination of
-those levels ran. A parameter with more levels contributes its two most common (a third level,
-such as a redraw every n steps, stays a configuration of its own); a parameter whose levels
-follow another's (FAVOR+'s ``eval_redraw``, set only with ``redraw=every_call``) is the same
-factor and is left out. A factor's "low" level is the first in natural order, its effect the
-change to the second.
-
-Effects (``effects``): per view, y = ln n* of each seed (its failure point in that view). With
-cell means m_c over the 2^k cells, a main effect is E_A = mean(m_c: A high) - mean(m_c: A low);
-an interaction, e.g. E_AB, the same contrast on the product of the ±1 codes (half the change of
-A's effect when B goes high). Each effect is reported as a ratio exp(E): the factor by which the
-change multiplies the failure point. Its 95% interval is the t interval exp(E ± t s sqrt(sum c^2
-/ n_c)), with s the pooled within-cell standard deviation of y and N - 2^k degrees of freedom (N
-seeds in all); ``coverage`` checks it by simulation with known truth, including unequal spreads
-between cells and stall-like outliers. A seed whose value in the view is a bound (never_fails: a
-lower bound, fails_everywhere: an upper bound) enters at its bound; as every effect uses every
-cell, each effect of that view carries the count of bounds, and its interval does not hold.
-
-Simple effects (``simple_effects``): where a two-factor interaction's interval excludes 1, a main
-effect averages over unlike effects, so each of the two factors' effect is also given at each
-level of the other: the contrast of A high against A low among the cells at one level of B
-(averaged over the other factors), with the same pooled s, degrees of freedom and t interval.
+Its rule is stated once, in docs/analysis.md ("Factorial effects").
 """
 
 from __future__ import annotations
@@ -41,12 +17,11 @@ import pandas as pd
 from scipy import stats
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
-from kernelzoo.analysis.style import natural_key
+from kernelzoo.analysis.labels import natural_key
 
 LEVEL = 0.95
 GROUP_KEYS = ("feature_map", "d_key", "d_dot", "update_rule", "lr")
 BOUNDS = ("never_fails", "fails_everywhere")
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 @dataclass(frozen=True)
@@ -252,8 +227,6 @@ def section(found: pd.DataFrame) -> list[str]:
     if found.empty:
         return []
     lines = ["## Factorial", ""]
-    for paragraph in RULE.split("\n\n"):
-        lines += [paragraph.replace("\n", " "), ""]
     for title, rows in found.groupby("design", sort=False):
         lines += [f"### {title}", "", f"Factors (low -> high): {rows['factors'].iloc[0]}; "
                   f"{rows['seeds'].iloc[0]} seeds in all.", "",
@@ -294,42 +267,3 @@ def summary(effects: pd.DataFrame, simple: list[SimpleEffect] = ()) -> list[str]
             lines += [f"  - {words}." for words in simple_words(mine, view)]
         lines.append("")
     return lines
-
-
-def simulate(rng, k: int = 3, seeds: int = 3, effects_log=(0.5, 0.3, 0.0), interaction=0.2,
-             within: float = 0.1, spread_ratio: float = 1.0, outlier_rate: float = 0.0,
-             outlier_factor: float = 0.5):
-    """A factorial with known truth: ln n* = 4 + sum_j beta_j x_j + gamma x_0 x_1 (x = ±1/2
-    coded as 0/1 - 1/2, so each main effect is beta_j and the first interaction gamma / 2),
-    per-seed normal noise whose sd grows from ``within`` to ``spread_ratio`` x ``within``
-    across the cells, and stall-like outliers (probability ``outlier_rate``: the value times
-    ``outlier_factor``). Returns (cells, y)."""
-    cells = list(itertools.product((0, 1), repeat=k))
-    y = []
-    for i, cell in enumerate(cells):
-        x = np.array(cell, float) - 0.5
-        mu = 4 + float(np.dot(effects_log[:k], x)) + interaction * x[0] * x[1]
-        sd = within * spread_ratio ** (i / max(len(cells) - 1, 1))
-        v = mu + rng.normal(0, sd, seeds)
-        v += np.where(rng.random(seeds) < outlier_rate, math.log(outlier_factor), 0.0)
-        y.append(v)
-    return cells, y
-
-
-def coverage(studies: int = 2000, seed: int = 0, **truth) -> dict[str, float]:
-    """Share of simulated factorials (``simulate``) whose intervals cover the true effects: the
-    first main effect, the null main effect (the third), and the first interaction. Outliers
-    shift every cell's expected value alike, so the true effects are unchanged."""
-    rng = np.random.default_rng(seed)
-    k = truth.get("k", 3)
-    beta, gamma = truth.get("effects_log", (0.5, 0.3, 0.0)), truth.get("interaction", 0.2)
-    want = {(0,): beta[0], (k - 1,): beta[k - 1], (0, 1): gamma / 2}
-    names = contrast_names(k)
-    hits = Counter()
-    for _ in range(studies):
-        cells, y = simulate(rng, **truth)
-        got = dict(zip(names, estimate(cells, y)))
-        for key, value in want.items():
-            hits[key] += got[key][1] <= value <= got[key][2]
-    return {"main": hits[(0,)] / studies, "null_main": hits[(k - 1,)] / studies,
-            "interaction": hits[(0, 1)] / studies}

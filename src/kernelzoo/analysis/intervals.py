@@ -1,24 +1,7 @@
-"""Intervals over seeds and over d_dot levels, each with a coverage that ``coverage`` checks by
-simulation with known truth. Pure: it reads no file.
+"""Intervals over seeds and over d_dot levels, each with a coverage that tests/simulations.py
+checks by simulation with known truth. Pure: it reads no file.
 
-Median over seeds (``median_interval``)
----------------------------------------
-The interval for a configuration's median failure point is the distribution-free order-statistic
-interval [x_(k), x_(n+1-k)] of its n seeds' values: it covers the true median with probability
-1 - 2 P(Binomial(n, 1/2) <= k - 1), whatever the distribution (outliers included). k is the
-largest with that probability >= 95%; below 6 seeds no k reaches 95%, and the interval is the
-min-max with its own level: 75% for 3 seeds, 87.5% for 4, 93.75% for 5 (``ci_level``).
-
-The d_dot law (``level_law``)
------------------------------
-Per family, ln n* = ln a + b ln d_dot is fitted by least squares over the d_dot levels, one point
-per level: the median over its seeds of ln n*. The residual spread of those level medians holds
-both the seeds' noise and how far each level departs from the power law, so the t intervals
-(k - 2 degrees of freedom, k levels) account for between-level deviations, as a bootstrap of
-the seeds within each level does not. The law is reported as n* = c (d_dot / d_c)^b around the
-geometric centre d_c of the levels (c / d_c: the ratio n* / d_dot there), and as a = c d_c^-b.
-A family follows d_dot when n* = d_dot (b = 1 and a = 1) is not rejected at 5% by the joint F
-test of both against the fit (F(2, k - 2)); it needs 3 levels or more.
+Its rule is stated once, in docs/analysis.md ("Intervals").
 """
 
 from __future__ import annotations
@@ -34,7 +17,6 @@ LEVEL = 0.95
 MIN_LEVELS = 3
 MEDIAN_WORDS = ("distribution-free: 95% or more from 6 seeds, 93.75% for 5, 87.5% for 4, 75% for "
                 "3 (the min-max)")
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 def order_level(n: int, k: int) -> float:
@@ -142,43 +124,3 @@ def level_medians(d_dot, values) -> tuple[np.ndarray, np.ndarray]:
     d_dot, values = np.asarray(d_dot, float), np.asarray(values, float)
     levels = np.unique(d_dot)
     return levels, np.array([np.median(values[d_dot == d]) for d in levels])
-
-
-def simulate(rng, levels=(16, 32, 64, 128, 256), seeds: int = 5, a: float = 0.9, b: float = 1.0,
-             between: float = 0.05, within: float = 0.1, outlier_rate: float = 0.1,
-             outlier_factor: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-    """A study with known truth: per level a log-normal deviation (sd ``between``) from
-    n* = a d_dot^b, per seed log-normal noise (sd ``within``), and stall-like outliers: with
-    probability ``outlier_rate`` a seed's n* is multiplied by ``outlier_factor``."""
-    d = np.repeat(np.asarray(levels, float), seeds)
-    level_dev = np.repeat(rng.normal(0, between, len(levels)), seeds)
-    noise = rng.normal(0, within, len(d))
-    out = np.where(rng.random(len(d)) < outlier_rate, math.log(outlier_factor), 0.0)
-    return d, a * d ** b * np.exp(level_dev + noise + out)
-
-
-def coverage(studies: int = 2000, seed: int = 0, **truth) -> dict[str, float]:
-    """Share of simulated studies (``simulate`` with ``truth``) whose intervals cover the truth.
-    The truth of a law fitted to level medians is the law of the medians: a times the median of
-    a seed's factor (outliers shift it), found from 200,000 draws; b is unchanged. Reported: the
-    coverage of b and a, the share of studies in which the test keeps n* = d_dot (its coverage
-    when that is the truth), and the coverage of one configuration's median interval (over ten
-    times as many draws of its seeds)."""
-    rng = np.random.default_rng(seed)
-    a, b = truth.get("a", 0.9), truth.get("b", 1.0)
-    one = {k: v for k, v in truth.items() if k not in ("levels", "between", "seeds")}
-    factors = simulate(np.random.default_rng(seed + 1), levels=(1,), seeds=200_000,
-                       **{**one, "a": 1.0, "b": 1.0, "between": 0.0})[1]
-    a_median = a * float(np.median(factors))
-    hits = {"b": 0, "a": 0, "identity": 0}
-    for _ in range(studies):
-        law = level_law(*level_medians(*simulate(rng, **truth)))
-        hits["b"] += law.b_low <= b <= law.b_high
-        hits["a"] += law.a_low <= a_median <= law.a_high
-        hits["identity"] += bool(law.follows)
-    found = {k: v / studies for k, v in hits.items()}
-    n = truth.get("seeds", 5)  # one configuration's seeds, ten times as many studies
-    draws = simulate(rng, levels=(1,), seeds=10 * studies * n, **{**one, "between": 0.0})[1]
-    covered = [low <= a_median <= high for _, low, high, _ in
-               map(median_interval, draws.reshape(10 * studies, n))]
-    return {**found, "median": float(np.mean(covered))}

@@ -3,61 +3,7 @@ that could set it: the learning rate (experiment ``lr_robustness``) and the stop
 patience (``lr_patience``). The step cap only stops a run, so a larger cap changes only the runs
 that reached it: the report counts them. Pure: it reads no file.
 
-The optimisation test
----------------------
-A setting's levels are read from the configuration's label: the learning rate ("lr=0.001") and
-the patience ("trainer.patience=10", the words ``settings.split`` adds). A configuration less
-those words that ran at two levels or more, the published one among them (lr 1e-3; patience
-10), is tested in each view (loss, accuracy, keys retrieved) on its seeds' failure points
-(``capacity.seed_table``). For each other level, d is that level's failure point minus the
-published one's, with a t interval; the setting names the test (2 seeds or more at both levels,
-else no interval):
-- the learning rate, Welch's: d is the difference of the mean failure points over seeds, the
-  levels taken as independent samples (unequal variances, Welch-Satterthwaite degrees of
-  freedom). Another lr changes a run from its first step; the seed fixes only its
-  initialisation and data.
-- the patience, paired: d is the mean over seeds of each seed's own difference (n - 1 degrees
-  of freedom; a seed missing at either level is left out). A run under the longer patience is
-  the run under the shorter one continued past its stop, so a seed's two failure points share
-  everything but the extra steps: Welch's test would count the seeds' spread, which the
-  difference cancels, against the setting.
-With m other levels and a margin delta = 0.1 x d_dot keys (0.1 x the median failure point at the
-published level for a map without d_dot), the verdict is one of four:
-- "rises beyond the margin" when some level raises the failure point by more than delta: the
-  lower end of its one-sided (1 - 0.05/m) interval (Bonferroni over the m levels) is above
-  delta. The limit at the published setting is then the optimiser's.
-- "rises within the margin" when some level's lower end is above 0 but none above delta: a rise
-  is shown, not one of the margin's size.
-- "does not move" when no rise is shown and no level raises it by delta or more: every other
-  level's one-sided 95% upper bound of d is below +delta (an intersection-union test: a 5% level
-  with no multiplicity adjustment), and the test had the power to say so: at the seeds' spread
-  (each level's standard error and degrees of freedom), the chance that every level's upper
-  bound falls below delta when no level rises (a level found below the published one taken at
-  its difference d, the others at 0), the product over the levels of
-  T((delta - min(d, 0)) / se - t_0.95), is 50% or more. A lower failure point at another
-  level does not count against capacity: a worse lr may fail earlier; the question is whether
-  any setting retrieves more.
-- "cannot tell" otherwise. Each row carries the smallest rise the test detects at 80%, (t_(1 -
-  0.05/m) + t_0.8) se at the level of largest se, and the smallest margin that would have said
-  "does not move" (the largest upper bound).
-A seed whose value in a view is a bound (outcome never_fails: a lower bound; fails_everywhere:
-an upper bound) is the interval it allows (``censored.seed_intervals``), never a number: a rise
-is judged with every bound at its end against the rise (a lower bound at the published level at
-inf, so no rise is shown over it; an upper bound at the other level at 0), "does not move" with
-every bound at its end against that (a lower bound at the other level at inf). A comparison whose
-seeds at both levels are bounds cannot say more than its bounds, and says so ("cannot tell:
-bounded at 264"). Seeds without data are left out. When neither level's seeds spread, the
-interval is d itself (paired: when the seeds' differences do not spread). The paired test pairs
-a seed's runs at the same n_keys: its failure point at each level is found over the n_keys
-probed at both (``common_probes``), so the difference is the setting's, not the probes'. Both
-tests assume that each seed's failure point varies about its level's mean in one law. A rise that
-only some seeds show (the others' runs unchanged) breaks that: when none of the tested seeds is
-among them, nothing tells the rise from none. With 3 seeds and a rise of delta that half the
-seeds carry, either test's upper bounds fall below delta in 1 study in 8 to 10; so "does not
-move" says no level raises a typical seed's failure point by delta. The intervals' coverage, the
-rate of a false "does not move" and the power are checked by simulation with known truth
-(``coverage``, without the power condition), correlated seeds, outliers and rises carried by
-some seeds included.
+Its rule is stated once, in docs/analysis.md ("Capacity or optimisation: the learning rate and the stopping rule").
 """
 
 from __future__ import annotations
@@ -72,7 +18,7 @@ from scipy import stats
 from kernelzoo.analysis import censored
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, seed_table
 from kernelzoo.analysis.published import PUBLISHED_LR, PUBLISHED_STOPPING
-from kernelzoo.analysis.style import cell, natural_key
+from kernelzoo.analysis.labels import cell, natural_key
 from kernelzoo.config.words import plural
 
 MARGIN = 0.1  # delta = MARGIN x d_dot keys
@@ -83,7 +29,6 @@ POWER = 0.5  # the power to say "does not move" below which it cannot tell
 DETECT = 0.8  # the power at which the smallest detectable rise is given
 BOUND_WORDS = {"never_fails": "lower bounds", "fails_everywhere": "upper bounds"}
 BOUNDS = tuple(BOUND_WORDS)
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 def _spread(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -340,13 +285,11 @@ def section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame,
         if found.empty:
             continue
         published = setting.words(setting.base)
-        if not out:
-            out += [RULE, ""]
         out += [f"### {setting.heading}", "",
                 f"{WHAT_D[setting.test]}, each level minus the published one ({published}), in "
                 "keys: d [one-sided (1 - 0.05/m) lower bound, one-sided 95% upper bound]; "
                 "\"bounds\" where a seed is a bound (the ends then hold for every value it "
-                "allows). The rule is above.", "",
+                "allows).", "",
                 f"| configuration | view | levels | seeds per level | median at {published} | "
                 f"difference from {published} | margin delta (keys) | verdict | largest upper "
                 "bound: the margin it decides above (keys) | seed values that are bounds |",
@@ -385,62 +328,3 @@ def cap_line(runs: pd.DataFrame) -> str:
             "steps under any larger cap, so doubling it changes "
             + ("no run here." if capped == 0 else
                f"only the {plural(capped, 'run')} that reached it."))
-
-
-def simulate(rng, studies: int, seeds: int, means, sds, noise: str = "normal",
-             outlier_rate: float = 0.0, outlier_factor: float = 0.5,
-             rho: float = 0.0) -> np.ndarray:
-    """Failure points of simulated studies with known truth, shape (studies, levels, seeds):
-    level j's seeds have mean ``means[j]`` and standard deviation ``sds[j]``,
-    normal or log-normal (``noise``, with that mean and sd); a seed's values at the levels
-    correlate by ``rho`` (a share of the noise is the seed's own, as when it draws the same
-    initialisation and data at every level); and stall-like outliers: with probability
-    ``outlier_rate`` a value is multiplied by ``outlier_factor``, each value on its own."""
-    means, sds = np.asarray(means, float)[:, None], np.asarray(sds, float)[:, None]
-    z = rng.standard_normal((studies, len(means), seeds))
-    if rho:
-        z = math.sqrt(1 - rho) * z + math.sqrt(rho) * rng.standard_normal((studies, 1, seeds))
-    if noise == "normal":
-        x = means + sds * z
-    else:
-        s = np.sqrt(np.log1p((sds / means) ** 2))
-        x = means * np.exp(s * z - s ** 2 / 2)
-    return np.where(rng.random(x.shape) < outlier_rate, x * outlier_factor, x)
-
-
-def coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_dot: float = 64.0,
-             rises=(0.0, 0.0, 0.0, 0.0), sd: float = 0.05, sd_ratios=(1.0, 0.5, 1.0, 2.0, 1.0),
-             noise: str = "normal", outlier_rate: float = 0.0, outlier_factor: float = 0.5,
-             rho: float = 0.0, moved_share: float = 1.0,
-             test: str = "welch") -> dict[str, float]:
-    """The test on ``studies`` simulated studies (``simulate``) with known truth. At the published level
-    the failure point has mean d_dot and sd ``sd`` x d_dot; at the m = len(rises) other levels
-    the mean is raised by ``rises[j]`` x delta (delta = MARGIN x d_dot) and the sd is
-    ``sd`` x d_dot x ``sd_ratios[j + 1]`` (``sd_ratios[0]``: the published level's); a seed's
-    values correlate by ``rho`` across levels. With ``moved_share`` below 1, a seed at another
-    level repeats its published value exactly (the run is the same run) unless, with that
-    probability, it moves, by ``rises[j]`` x delta / ``moved_share``: the mean rise is the same,
-    carried by a few seeds. The outliers shift every mean by the same factor, 1 - outlier_rate
-    (1 - outlier_factor): the true difference of the observed means is the rise times it; the
-    verdicts are judged against the rise itself. ``test``: a name in ``TESTS``. Reported: ``covers``, the share of (study, level) whose
-    two-sided 95% interval covers the true difference; ``upper``, the share whose one-sided 95%
-    upper bound lies above it; ``lower``, the share whose Bonferroni lower bound lies below it
-    (nominal 1 - 0.05/m); and the share of studies with each verdict (VERDICTS, without the
-    power condition on "does not move") and with either rise (``rises``)."""
-    rng = np.random.default_rng(seed)
-    delta, m = MARGIN * d_dot, len(rises)
-    rise = delta * np.concatenate([[0.0], np.asarray(rises, float)])
-    sds = sd * d_dot * np.asarray(sd_ratios, float)[:m + 1]
-    x = simulate(rng, studies, seeds, d_dot + rise / moved_share, sds, noise, outlier_rate,
-                 outlier_factor, rho)
-    x[:, 1:, :] = np.where(rng.random(x[:, 1:, :].shape) < moved_share, x[:, 1:, :],
-                           x[:, :1, :])
-    truth = rise[1:] * (1 - outlier_rate * (1 - outlier_factor))
-    found = TESTS[test](x[:, :1, :], x[:, 1:, :])
-    low95, high95 = bounds(found, 1 - ALPHA / 2)
-    lower, upper = bounds(found, 1 - ALPHA / m)[0], bounds(found, 1 - ALPHA)[1]
-    verdicts = decide(lower, upper, delta)
-    return {"covers": float(((low95 <= truth) & (truth <= high95)).mean()),
-            "upper": float((truth <= upper).mean()), "lower": float((lower <= truth).mean()),
-            **{v: float((verdicts == v).mean()) for v in VERDICTS},
-            "rises": float(np.isin(verdicts, RISES).mean())}

@@ -1,20 +1,7 @@
 """What a test could have detected: its power, by simulating the same study with a known truth
 and running the same machinery on it. Pure: it reads no file.
 
-Power of the d_dot law's test
------------------------------
-A "consistent with n* = d_dot" is a claim only when the joint test (``censored.law``) would have
-rejected a family that falls short of d_dot. Its power is the share of ``STUDIES`` simulated
-studies, each with the family's own design (its d_dot levels, seeds per level and the probes
-where its seeds became bounds: a seed above the level's lowest lower bound is a lower bound
-there, one below its highest upper bound an upper bound), in which the test rejects n* = d_dot
-at 5% when the truth is n* = ``RATIO`` x d_dot. A seed's ln n* is the truth plus the level's
-deviation (normal, sd ``between``) plus its own noise (normal, sd ``within``). ``within`` is the
-pooled sd of ln n* of the seeds that fail at a point around their level's mean; ``between`` is
-what the law's residual sd s leaves once the seeds' noise in a level's median (about
-pi/2 within^2 / n) is taken out: sqrt(max(0, s^2 - that)). A study whose simulated levels give
-fewer than ``censored.MIN_POINTS`` medians that are points has no test and counts as not
-rejecting. Below ``ENOUGH`` power a test that does not reject says "cannot tell".
+Its rule is stated once, in docs/analysis.md ("What a test could detect").
 """
 
 from __future__ import annotations
@@ -31,7 +18,6 @@ from kernelzoo.analysis.intervals import LEVEL
 RATIO = 0.9      # the shortfall of n* / d_dot the law's test is asked to detect
 ENOUGH = 0.5     # below this power a test that does not reject cannot tell
 STUDIES = 200    # simulated studies per power
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 @dataclass(frozen=True)

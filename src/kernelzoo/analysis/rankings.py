@@ -4,15 +4,7 @@ sizes), what limits a map in every view (``limits``), and the report's headline 
 views' rank correlations (``efficiency_table``, ``view_rhos``). Within a size the report shows
 tiers, not ranks (``tiers.py``). Pure: it reads no file.
 
-Sizes and limits
-----------------
-Configurations with a bounded d_dot are grouped by size: d_dot levels within 10% of the
-group's smallest are one size (the quadratic maps reach 65 or 66 beside the others' 64). What
-limits a map in every view: rank collapse (the effective rank of the written keys' features at
-n_keys = d_dot fell by more than ``COLLAPSE`` during training) and fewer features read than
-written (the rank bound, the read-out's rank of ``rank_bound.py``, below 0.9 d_dot: a query
-that reads fewer features than the keys write). A diluted read-out (``diluted``): the loss view
-fails and the accuracy view's failure point is above ``DILUTED`` x the loss view's.
+Its rule is stated once, in docs/analysis.md ("Rankings per view and why they disagree").
 """
 
 from __future__ import annotations
@@ -24,21 +16,12 @@ from scipy import stats
 
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.efficiency import efficiency_order
-from kernelzoo.analysis.style import bound, cell, size_groups
+from kernelzoo.analysis.labels import bound, cell, size_groups
 
 GAP = 2          # places a family's rank moves between sizes that count (between_sizes.py)
 DILUTED = 1.5    # the accuracy view's failure point over the loss view's that counts as diluted
 COLLAPSE = 0.2   # relative fall of the effective rank at n_keys = d_dot
-RULE = __doc__.partition("---\n")[2].strip()
 HEADLINE = "accuracy"  # the view that headlines cross-map rankings
-HEADLINE_WHY = (
-    "Cross-map rankings are headlined by the accuracy view: it asks whether the memory still "
-    "returns (nearly) every association, which is what capacity means, whatever the scale of "
-    "its read-out. The loss view mixes retrieval with that scale: a diluted read-out (every key "
-    "answered right, the right value's weight spread) fails it early, and under the authors' "
-    "per-32-query batch means one wrong key of 33 to 64 costs under tau, so it passes maps that "
-    "lose keys. It stays the view compared with the paper. Keys retrieved, without a threshold, "
-    "counts partial retrieval past the failure point and is shown beside them.")
 
 
 def sizes(capacity: pd.DataFrame) -> dict[int, list[int]]:
@@ -99,8 +82,9 @@ def efficiency_table(capacity: pd.DataFrame) -> list[str]:
     follow (``tiers.section``)."""
     if len(efficiency_order(capacity, HEADLINE)) < 2:
         return []
-    return ["## Capacity efficiency (failure point / d_dot), per view", "", HEADLINE_WHY, "",
-            *view_agreement(capacity), ""]
+    return ["## Capacity efficiency (failure point / d_dot), per view", "",
+            f"Headlined by the {VIEW_WORDS[HEADLINE]} view (docs/analysis.md, \"Which view "
+            "headlines the rankings\").", "", *view_agreement(capacity), ""]
 
 
 def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:

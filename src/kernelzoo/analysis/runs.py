@@ -18,8 +18,7 @@ import pandas as pd
 from kernelzoo import config
 from kernelzoo.analysis import settings
 from kernelzoo.analysis.capacity import CONFIG_KEYS, VIEWS
-from kernelzoo.analysis.style import (canonical_params, format_value, map_label, query_rank,
-                                      sizing_param)
+from kernelzoo.analysis.labels import canonical_params, format_value, map_label, query_rank, sizing_param
 from kernelzoo.records.files import StoreError
 from kernelzoo.records.history import read_search
 from kernelzoo.records.store import config_value, read_config, read_summary
@@ -71,6 +70,7 @@ def load_runs(exp_dir: Path) -> tuple[pd.DataFrame, list[str], list[str]]:
                              "replacement": bool(task.get("replacement")),
                              "eval_max_queries": trainer.get("eval_max_queries", 200),
                              "eval_query_batch": trainer.get("eval_query_batch", 32),
+                             "stop_loss": number(trainer.get("stop_loss")),
                              "settings": settings.of_config(cfg)})
             except StoreError as err:
                 damaged.append(str(err))

@@ -2,28 +2,14 @@
 capacity (``capacity.py``), and how tightly?
 
 A family is a configuration without what d_dot decides: the same feature_map, update_rule and
-parameters but the one the map resolves from d_dot (``style.sizing_param``: DPFP's nu, FAVOR+'s
+parameters but the one the map resolves from d_dot (``labels.sizing_param``: DPFP's nu, FAVOR+'s
 m, ...), and the same d_key where the map keeps it. A map without such a parameter sets d_key
 from d_dot (ELU+1: d_key = d_dot), so its d_key is left out too.
 
-Rule (stated again in report.md)
---------------------------------
-The primary statement is the ratio failure point / d_dot at each d_dot level: the median over
-the level's seeds with its order-statistic interval, every seed counted, a seed whose value is a
-bound as the interval it allows (``censored.median``: the median is a point when the bounds lie
-beyond it, else a half-line or an interval; the interval's level beside it: 75% for 3 seeds,
-93.75% for 5). Over the levels, n* = a d_dot^b is fitted to the levels' medians in log-log, a
-level whose median is a bound entering as its interval (``censored.law``: a censored normal
-likelihood, t intervals with k - 2 degrees of freedom over k levels, so the levels' deviations
-from the law widen them); it needs 3 levels whose median is a point. The joint test of
-n* = d_dot (a = 1 and b = 1, at 5%) is secondary: "rejected" when it rejects; when it does not,
-"consistent" only when its power against n* = 0.9 d_dot (``power.law_power``: the same design and
-machinery on simulated studies) is 50% or more, else "cannot tell". Where too few levels'
-medians are points, the verdict rests on bounds and says so ("cannot tell: bounded at 264").
-A level whose ratio interval excludes 1 is named.
+Its rule is stated once, in docs/analysis.md ("Does capacity follow d_dot?").
 
 ``table`` is ``scaling.csv`` (one row per family, view and d_dot), ``section`` report.md's
-section, ``figure`` the figure ``capacity_scaling``. Per configuration the same ratio is its
+section (the figure is ``report.figures.capacity_scaling``). Per configuration the same ratio is its
 capacity efficiency (``efficiency.py``). Each analysed store's answers:
 
     python -m kernelzoo.analysis.scaling results/reference/*/scaling.csv
@@ -35,20 +21,15 @@ import argparse
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter
 
 from kernelzoo.analysis import censored, power
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
-from kernelzoo.analysis.intervals import MIN_LEVELS, describe
-from kernelzoo.analysis.style import (bar_handles, canonical_params, config_colors, error_bar,
-                                      format_value, legend, map_label, natural_key, save,
-                                      size_groups, sizing_param)
+from kernelzoo.analysis.intervals import MIN_LEVELS
+from kernelzoo.analysis.labels import (canonical_params, format_value, map_label, natural_key,
+                                       sizing_param)
 
 MIN_D_DOTS = MIN_LEVELS
 COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n_points",
@@ -57,7 +38,6 @@ COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n
            "n_seeds", "n_bounds", "ratio", "ratio_lowest", "ratio_highest", "ratio_low",
            "ratio_high", "ratio_level")
 VERDICTS = ("rejected", "consistent", "cannot tell")
-RULE = __doc__.partition("---\n")[2].partition("\n\n``table``")[0].strip()
 
 
 @dataclass(frozen=True)
@@ -250,6 +230,11 @@ def _bounded(rows: pd.DataFrame) -> str:
     return "bounded at " + ", ".join(parts) if parts else "no law"
 
 
+def _power_words(r) -> str:
+    """"power 62%", or why there is none (one seed per level: no spread to simulate)."""
+    return "power not computed" if pd.isna(r.power) else f"power {r.power:.0%}"
+
+
 def law_words(r, rows: pd.DataFrame) -> str:
     """The law's verdict in words from its first row (``verdict``, its p and power)."""
     word = getattr(r, "verdict", None)
@@ -260,7 +245,7 @@ def law_words(r, rows: pd.DataFrame) -> str:
     if not isinstance(word, str):  # a scaling.csv written before the power column
         return f"n* = d_dot not rejected (F test {_p(r.p_identity)}; its power not computed)"
     return (f"{'consistent with n* = d_dot' if word == VERDICTS[1] else 'cannot tell'} (F test "
-            f"{_p(r.p_identity)}, not rejected; power {r.power:.0%} against n* = {power.RATIO:g}"
+            f"{_p(r.p_identity)}, not rejected; {_power_words(r)} against n* = {power.RATIO:g}"
             " d_dot)")
 
 
@@ -273,7 +258,7 @@ def short_verdict(r) -> str:
     if not isinstance(word, str):  # a scaling.csv written before the power column
         return "does not reject n* = d_dot (power not computed)"
     return (f"{'consistent with' if word == VERDICTS[1] else 'cannot tell'} n* = d_dot "
-            f"(power {r.power:.0%})")
+            f"({_power_words(r)})")
 
 
 def sentence(rows: pd.DataFrame) -> str:
@@ -305,89 +290,20 @@ def section(found: list[Family]) -> list[str]:
     shown = [f for f in found if f.points["d_dot"].nunique() >= 2]
     if not shown:
         return []
-    lines = ["## Capacity against d_dot, per view", "", RULE, "",
-             "| family | view | failure point / d_dot per level | levels | a [95%] | b [95%] | "
-             f"n* = d_dot (F test; its power against n* = {power.RATIO:g} d_dot) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["## Capacity against d_dot, per view", "",
+             "| family | view | levels | a [95%] | b [95%] | "
+             f"n* = d_dot (F test; its power against n* = {power.RATIO:g} d_dot) | "
+             "failure point / d_dot per level |", "|---|---|---|---|---|---|---|"]
     rows = table(shown)
     for (_, view), group in rows.groupby(["family", "view"], sort=False):
         r = group.iloc[0]
         fitted = not pd.isna(r.b)
-        lines.append(f"| {r.family} | {VIEW_WORDS[view]} | "
-                     + "; ".join(_level(x) for x in group.itertuples()) + f" | {r.n_d_dot} | "
+        lines.append(f"| {r.family} | {VIEW_WORDS[view]} | {r.n_d_dot} | "
                      + (f"{_ci(r.a, r.a_low, r.a_high, '.3g')} | "
                         f"{_ci(r.b, r.b_low, r.b_high, '.3f')}" if fitted else "– | –")
-                     + f" | {law_words(r, group)} |")
+                     + f" | {law_words(r, group)} | "
+                     + "; ".join(_level(x) for x in group.itertuples()) + " |")
     return lines + [""]
-
-
-def _ticks(levels: list[int]) -> dict[int, str]:
-    """One tick per size (``style.size_groups``: 64, 65 and 66 are one), at its smallest
-    level, labelled with its range."""
-    return {head: f"{head}-{g[-1]}" if len(g) > 1 else str(head)
-            for head, g in size_groups(levels).items()}
-
-
-def figure(found: list[Family], out_dir: Path) -> Path:
-    """``capacity_scaling``: one panel per view, failure point / d_dot against d_dot (log x, the
-    levels as ticks): each seed's ratio (small dots), each level's median with its
-    order-statistic interval (bars, their levels in the legend; a level of one seed has none),
-    the fitted law's ratio a d_dot^(b-1) with its 95% band where fitted, and 1 (dotted). The y
-    range is the points' and intervals', so a wide band is cut at the edge."""
-    shown = [f for f in found if f.points["d_dot"].nunique() >= 2]
-    colors = config_colors([f.name for f in shown])
-    fig = Figure(figsize=(13, 4.8))
-    axes = fig.subplots(1, len(VIEWS), sharey=True)
-    kinds, drawn = set(), [1.0]
-    for ax, view in zip(axes, VIEWS):
-        ax.set_title(f"{VIEW_WORDS[view]} view", fontsize=10)
-        if not any(len(f.fitted(view)) for f in shown):
-            ax.text(0.5, 0.5, "no seed fails at a point in this view", ha="center",
-                    va="center", transform=ax.transAxes, fontsize=8)
-            continue
-        levels = set()
-        for i, f in enumerate(shown):
-            color, pts, lv = colors[f.name], f.fitted(view), f.departures(view)
-            shift = 2.0 ** (0.03 * (i - (len(shown) - 1) / 2))
-            ax.scatter(pts["d_dot"] * shift, pts["value"] / pts["d_dot"], s=9, alpha=0.5,
-                       linewidths=0, color=color)
-            lv = lv[lv["ratio"].notna()]
-            levels |= set(lv["d_dot"])
-            drawn += [*pts["value"] / pts["d_dot"], *lv["ratio_low"], *lv["ratio_high"]]
-            for j, r in enumerate(lv.itertuples()):
-                kind = describe(r.n_seeds + r.n_bounds)
-                kinds.add(kind)
-                high = r.ratio_high if math.isfinite(r.ratio_high) else r.ratio  # a half-line
-                error_bar(ax, r.d_dot * shift, r.ratio, r.ratio_low, high, kind, color,
-                          fmt="o", ms=4, lw=1, label=None if j else f.name)
-            law = f.laws[view]
-            if law is not None and not math.isnan(law.b_low):
-                grid = np.geomspace(lv["d_dot"].min(), lv["d_dot"].max(), 50)
-                low, high = law.band(grid)
-                ax.plot(grid, law.curve(grid) / grid, lw=1.2, color=color)
-                ax.fill_between(grid, low / grid, high / grid, color=color, alpha=0.15, lw=0)
-        ax.axhline(1.0, color="black", ls=":", lw=1)
-        ax.set_xscale("log")
-        ticks = _ticks(sorted(levels))
-        ax.set_xticks(list(ticks), list(ticks.values()), fontsize=8)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("d_dot (log)")
-    finite = [v for v in drawn if np.isfinite(v)]
-    span = max(finite) - min(finite)
-    axes[0].set_ylim(min(finite) - 0.08 * span, max(finite) + 0.08 * span)
-    axes[0].set_ylabel("failure point / d_dot")
-    fig.suptitle("Failure point / d_dot per d_dot level, per view", fontsize=10)
-    families = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
-    legend(axes[-1], list(families.values()) + [
-        Line2D([], [], ls="none", marker="o", ms=3, alpha=0.5, color="grey",
-               label="each seed that fails at a point"),
-        Line2D([], [], ls="none", marker="o", ms=4, color="grey",
-               label="marker: the level's median over those seeds"),
-        *bar_handles(kinds),
-        Line2D([], [], color="grey", lw=1.2, label="line and band: n* = a d_dot^b fitted to the\n"
-                                                  "    level medians, its 95% t band"),
-        Line2D([], [], color="black", ls=":", lw=1, label="1: n* = d_dot")])
-    return save(fig, out_dir / "capacity_scaling.png")
 
 
 def main(argv=None) -> None:

@@ -25,7 +25,7 @@ import json
 import pandas as pd
 
 from kernelzoo.records.store import config_value
-from kernelzoo.analysis.style import format_value
+from kernelzoo.analysis.labels import format_value
 from kernelzoo.config.words import escaped
 
 SETTING_SECTIONS = ("trainer", "task", "memory")

@@ -5,23 +5,7 @@ same run trained again with a longer stopping rule, linked by ``stall_check_of``
 keys can be learned: the failure point with each checked stalled run replaced by its check is a
 secondary column.
 
-Stall rule (stated again in report.md)
---------------------------------------
-A run stalled when all four hold: (1) it ended by the plateau rule or the step cap (status
-plateau or max_steps: not converged, diverged or infeasible); (2) 1 to 3 key symbols are dead
-(diagnostics: answered wrong in every evaluation sequence that queries them); (3) those keys are
-its only errors: final eval accuracy >= 1 - 3 / q (to 1e-6, the trainer's float32 precision),
-q the keys it queries (n_keys, at most trainer.eval_max_queries); (4) its configuration is not
-over capacity there: some run of the configuration, of any seed, passes the loss view (final
-eval loss <= tau) at this n_keys or more. The headline counts a stalled run as it ended. Its
-check is the same run (same seed: the same data stream and initialisation, so it replays the
-stalled run step for step up to where that one stopped) with 3x the patience and 2x the step
-cap: it answers whether the stopping rule ended the run too early. A check clears the stall in a
-view when it passes that view at the run's n_keys; the secondary failure points
-(``observed_capacity_verified``, ``observed_capacity_acc_verified``) replace each checked stalled
-run by its check, and only those. Stall rate of a point (configuration, n_keys): its stalled
-seeds / its seeds with a run there. Runs without diagnostics (stores older than them) are never
-stalls.
+Its rule is stated once, in docs/analysis.md ("Stalls and their checks").
 """
 
 from __future__ import annotations
@@ -32,13 +16,11 @@ import pandas as pd
 from kernelzoo.analysis.capacity import accuracy_failing, failing
 from kernelzoo.records.files import StoreError, one_line, read_text
 from kernelzoo.records.loaders import load_json
-from kernelzoo.records.store import read_config_value
-from kernelzoo.analysis.style import natural_key
+from kernelzoo.analysis.labels import natural_key
 
 STALL_MAX_DEAD = 3  # at most this many dead keys, and no other errors, make a stall
 STALL_STATUSES = ("plateau", "max_steps")
 ACCURACY_TOLERANCE = 1e-6  # the trainer's accuracy is a float32 ratio: 50/53 reads 0.9433962
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 def has_diagnostics(runs: pd.DataFrame) -> bool:
@@ -47,21 +29,20 @@ def has_diagnostics(runs: pd.DataFrame) -> bool:
                                         .notna().any())
 
 
-def _queried(run_dir, n_keys: int) -> int:
+def _queried(cap, n_keys: int) -> int:
     """How many key symbols an evaluation queries: n_keys, at most trainer.eval_max_queries."""
-    cap = read_config_value(run_dir, "trainer.eval_max_queries")
-    return min(n_keys, cap) if isinstance(cap, int) and cap > 0 else n_keys
+    return min(n_keys, int(cap)) if pd.notna(cap) and int(cap) > 0 else n_keys
 
 
-def stalled(runs: pd.DataFrame, runs_dir, threshold: float) -> pd.Series:
-    """The stall rule (module docstring) for every row of ``runs``; ``runs_dir`` holds the run
-    directories (their config.yaml gives trainer.eval_max_queries)."""
+def stalled(runs: pd.DataFrame, threshold: float) -> pd.Series:
+    """The stall rule (module docstring) for every row of ``runs`` (``runs.load_runs``'s, with
+    each run's trainer.eval_max_queries)."""
     if not has_diagnostics(runs):
         return pd.Series(False, index=runs.index)
     dead = pd.to_numeric(runs["dead_keys"], errors="coerce")
     few = runs["status"].isin(STALL_STATUSES) & dead.between(1, STALL_MAX_DEAD)
     for i in runs.index[few]:
-        queried = _queried(runs_dir / runs.at[i, "run_dir"], int(runs.at[i, "n_keys"]))
+        queried = _queried(runs.at[i, "eval_max_queries"], int(runs.at[i, "n_keys"]))
         few[i] = (runs.at[i, "final_eval_accuracy"]
                   >= 1 - STALL_MAX_DEAD / queried - ACCURACY_TOLERANCE)
     passes = ~failing(runs["final_eval_loss"], runs["status"].eq("diverged"), threshold)

@@ -1,33 +1,7 @@
 """Rankings that the seeds can tell apart: tiers of capacity efficiency per size and view, and a
 table of what the store measured about each configuration. Pure: it reads no file.
 
-Tiers and flags
----------------
-Within a size (``rankings.sizes``) and view, the configurations that fail at a point are
-ordered by efficiency = failure point / d_dot (the median over seeds) and cut into tiers: a
-configuration joins the current tier when its interval (the order-statistic interval over its
-seeds, ``efficiency.efficiency_order``; 75% for 3 seeds) overlaps the interval of some
-configuration already in it, else it opens the next tier. Configurations in one tier cannot be
-told apart by their intervals, so an order within a tier is no finding, and ties are ties. A
-configuration whose failure point in the view is a bound is in no tier: it is shown apart, as
-its bound.
-Beside the tiers, each configuration's measured flags (``flags``), stated, not offered as the
-cause of its place:
-- diluted read-out: at half its seeds or more, some run fails the loss view while answering
-  every key (final eval loss above tau, accuracy at the accuracy threshold or above);
-- partial retrieval: at half its seeds or more, some run retrieves more than ``PARTIAL`` x the
-  largest n_keys at which that seed passes the accuracy view (keys retrieved: n_keys x
-  accuracy);
-- bound: the views in which its failure point is a bound;
-- rank collapse and fewer features read than written (``rankings.limits``);
-- denominator near zero, learned then lost, never learned: its runs with that diagnosis
-  (``dynamics.py``), where the store's curves were read.
-Two configurations swap between two views when they are in different tiers in both, in
-opposite orders. A flag bears on a swap only in its direction (``explains``): a diluted
-read-out of the one worse in the loss view, partial retrieval of the one better in keys
-retrieved, where the other configuration has not that flag. The flags are measured on the
-runs, not on the tiers they sit beside: under random permutations of the accuracy view among a
-size's configurations they bear on at most half of the swaps (``tests/test_tiers.py``).
+Its rule is stated once, in docs/analysis.md ("Tiers per view and measured flags").
 """
 
 from __future__ import annotations
@@ -40,10 +14,9 @@ import pandas as pd
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, value_column
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.rankings import limits, sizes
-from kernelzoo.analysis.style import bound, natural_key
+from kernelzoo.analysis.labels import bound, natural_key
 
 PARTIAL = 1.5  # keys retrieved over the largest n_keys passing the accuracy view
-RULE = __doc__.partition("---\n")[2].strip()
 
 
 @dataclass(frozen=True)
@@ -196,7 +169,7 @@ def section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None, level: int =
     by = {(p.label, p.view): p for p in placed}
     flagged = {} if flag_rows is None else {f.label: flag_words(f)
                                             for f in flag_rows.itertuples()}
-    lines = ["#" * level + " Tiers per view", "", *([RULE, ""] if level == 2 else [])]
+    lines = ["#" * level + " Tiers per view", ""]
     for size in sorted({p.size for p in placed}):
         labels = sorted({p.label for p in placed if p.size == size}, key=natural_key)
         if len(labels) < 2:

@@ -32,7 +32,7 @@ import math
 import pandas as pd
 
 from kernelzoo.analysis import rank_bound
-from kernelzoo.analysis.style import bound, cell, natural_key
+from kernelzoo.analysis.labels import bound, cell, natural_key
 
 ORDER = {"never_fails": 2, "fails_at": 1, "fails_everywhere": 0, "no_data": -1}
 
@@ -138,8 +138,7 @@ def section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     found = table(capacity)
     if found.empty:
         return []
-    lines = ["## Update rules", "", __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(), "",
-             "| map | rank | update rule | d_dot | failure point (accuracy) | outcome | "
+    lines = ["## Update rules", "", "| map | rank | update rule | d_dot | failure point (accuracy) | outcome | "
              "ratio to d_dot | distinct keys there (/ d_dot) | failure point (loss) | keys "
              "retrieved |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in found.itertuples():

@@ -11,14 +11,11 @@ seconds; the first failure warns once and leaves a marker, ``<results_dir>/wandb
 that sends every later run of the sweep (other workers included) and the analysis offline for
 ``OFFLINE_FOR`` seconds. A sweep checks afresh when it starts (``check_server``). A run that
 still cannot start wandb warns and goes on untracked: the local results store is the source of
-truth, wandb only a view of it. ``log_dashboard`` logs an analysis as one run of the
-experiment's group: its tables (capacity, efficiency and scaling per view, losses per number of
-keys), interactive charts drawn from them (``CHARTS``) and its figures.
+truth, wandb only a view of it. An analysis' dashboard is ``kernelzoo.report.dashboard``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import netrc
 import os
 import socket
@@ -28,8 +25,6 @@ import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
-
-from omegaconf import OmegaConf
 
 from kernelzoo.config import CONF
 from kernelzoo.records import files
@@ -143,6 +138,18 @@ def where(results_dir: str | Path, project: str = PROJECT) -> str:
     return f"wandb: {mode} ({why})" + (f" -> {to[mode]}" if mode in to else "")
 
 
+def configuration_key(summary: dict, lr=None) -> str:
+    """A run's configuration as one summary value to group and filter runs by on wandb: its map
+    and parameters, d_key, d_dot, update rule and learning rate ("dpfp nu=1 d_key=16 d_dot=32
+    sum lr=0.001"); the seed and n_keys are left out, so a configuration's runs share it."""
+    params = ",".join(f"{k}={v}" for k, v in sorted((summary.get("feature_map_params") or {})
+                                                    .items()))
+    parts = [summary.get("feature_map"), params, f"d_key={summary.get('d_key')}",
+             f"d_dot={summary.get('d_dot')}", summary.get("update_rule"),
+             None if lr is None else f"lr={lr:g}"]
+    return " ".join(str(p) for p in parts if p)
+
+
 class Tracker:
     """One wandb run; every method is a no-op when tracking is off or wandb failed to start."""
 
@@ -216,66 +223,3 @@ def start(
     where = run.dir if mode == "offline" else getattr(run, "url", None) or run.dir
     echo(f"wandb: {mode} ({why}) -> {where}")
     return Tracker(run)
-
-
-# the interactive charts of the dashboard, each drawn from the rows of one of its tables where
-# a column holds a value: (key, wandb.plot kind, table, x, y, (column, value), title)
-VIEWS = ("loss", "accuracy", "keys_retrieved")  # capacity.VIEWS, which imports scipy
-CHARTS = (
-    *((f"charts/{v}_vs_keys", "line", "keys", "n_keys", "value", ("view", v),
-       f"{v.replace('_', ' ')} against the number of keys (median over seeds)") for v in VIEWS),
-    ("charts/observed_vs_predicted", "scatter", "capacity", "predicted_capacity",
-     "failure_point", ("view", "loss"), "failure point (loss view) against d_dot"),
-    *((f"charts/capacity_efficiency/{v}", "bar", "efficiency", "label", "efficiency",
-       ("view", v), f"failure point / d_dot, {v.replace('_', ' ')} view") for v in VIEWS),
-    *((f"charts/capacity_scaling/{v}", "scatter", "scaling", "d_dot", "ratio", ("view", v),
-       f"failure point / d_dot against d_dot per family, {v.replace('_', ' ')} view")
-      for v in VIEWS),
-)
-
-
-def dashboard_payload(tables: dict, figures: list[Path]) -> dict:
-    """What ``log_dashboard`` logs: each table (a DataFrame) as ``tables/<name>``, a wandb.Table
-    a user filters by its columns (feature_map, view); the CHARTS drawn from their rows as
-    wandb.plot charts (a line per ``series`` of the keys table); each figure as
-    ``figures/<stem>`` (its PNG). A chart without rows is left out."""
-    import wandb
-
-    def table(frame):
-        return wandb.Table(dataframe=frame.astype(object).where(frame.notna(), None))
-
-    payload = {f"tables/{name}": table(frame) for name, frame in tables.items()}
-    for key, kind, name, x, y, (column, value), title in CHARTS:
-        rows = tables.get(name)
-        if rows is None or column not in rows:
-            continue
-        rows = rows[rows[column] == value].dropna(subset=[x, y]).reset_index(drop=True)
-        if rows.empty:
-            continue
-        if kind == "line":
-            payload[key] = wandb.plot.line(table(rows), x, y, stroke="series", title=title)
-        else:
-            payload[key] = getattr(wandb.plot, kind)(table(rows), x, y, title=title)
-    payload.update({f"figures/{p.stem}": wandb.Image(str(p)) for p in figures})
-    return payload
-
-
-def log_dashboard(cfg, tables: dict, figures: list[Path]) -> None:
-    """Log an analysis to wandb as one ``analysis`` run of the experiment's group: its tables
-    (DataFrames by name: ``analyze.dashboard_tables``), charts drawn from them and figures (PNG
-    paths), as ``dashboard_payload`` lays them out; ``cfg`` is the analysis config. A failure is
-    one warning line, nothing more."""
-    tracker = start(
-        True, cfg.results_dir, project=cfg.logger.get("project") or PROJECT,
-        entity=cfg.logger.get("entity"), group=cfg.experiment, name=f"{cfg.experiment}-analysis",
-        config=OmegaConf.to_container(cfg), job_type="analysis")
-    if tracker.run is None:
-        return
-    try:
-        tracker.run.log(dashboard_payload(tables, figures))
-        tracker.finish()
-    except Exception as err:  # the dashboard is a view: local outputs are already complete
-        print(f"warning: wandb logging failed ({type(err).__name__}: {err}); "
-              "the local outputs are complete", file=sys.stderr)
-        with contextlib.suppress(Exception):
-            tracker.finish(exit_code=1)

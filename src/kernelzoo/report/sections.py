@@ -9,12 +9,12 @@ import pandas as pd
 
 from kernelzoo.analysis import prediction, rank_bound
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, value_column
-from kernelzoo.analysis.stalls import RULE as STALL_RULE
 from kernelzoo.analysis.stalls import has_diagnostics, stall_rates
-from kernelzoo.analysis.style import cell, natural
+from kernelzoo.analysis.labels import cell, natural
 from kernelzoo.config.words import plural
 
 RANK_CHANGE = 0.1  # a relative change of the effective rank worth noting
+SHOWN = 10  # rows of a long table shown in the report; the rest are in the linked file
 
 
 def rank_changes(runs: pd.DataFrame) -> list[str]:
@@ -48,7 +48,7 @@ def prediction_section(runs: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
         return lines + ["No diagnostics: these runs predate them (no feature ranks in their "
                         "summaries), so only d_dot predicts the failure points.", ""]
     scores = prediction.score(capacity)
-    lines += [prediction.__doc__.split("\n\n")[1].strip(), "", "| view | configurations | "
+    lines += ["| view | configurations | "
               + " | ".join(prediction.PREDICTORS) + " |", "|---|---|" + "---|"
               * len(prediction.PREDICTORS)]
     for view in VIEWS:
@@ -68,7 +68,6 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFr
                         "summaries), so no run can be told stalled; every run counts as it "
                         "ended.", ""]
     rates = stall_rates(runs)
-    lines += [STALL_RULE, ""]
     if rates.empty:
         return lines + ["No run stalled.", ""]
     lines += [f"{int(runs['stalled'].sum())} of {len(runs)} runs stalled, at "
@@ -76,9 +75,11 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFr
               "; every one counts as it ended in the headline failure points (each run is listed "
               "under \"What is missing or was set aside\").", "",
               "| configuration | n_keys | stalled seeds | stall rate |", "|---|---|---|---|"]
+    shown = rates.sort_values("stalled", ascending=False, kind="stable").head(SHOWN)
     lines += [f"| {r.label} | {r.n_keys} | {r.stalled} of {r.seeds} | {r.stalled / r.seeds:.0%} |"
-              for r in rates.itertuples()]
-    lines.append("")
+              for r in shown.sort_index().itertuples()]
+    lines += ([f"| ... {plural(len(rates) - SHOWN, 'more point')}: every stalled run is a row "
+               "of `stalls.csv` | | | |"] if len(rates) > SHOWN else []) + [""]
     if checked.empty:
         return lines + ["No stall was checked (`stall_check=true` trains a check for each): no "
                         "failure point is moved by a stall.", ""]
@@ -89,7 +90,10 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFr
               "loss / accuracy |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.label} | {r.seed} | {r.n_keys} | {r.check} | {cell(r.final_eval_loss, 4)} | "
               f"{cell(r.final_eval_accuracy, 4)} | {'yes' if r.clears_loss else 'no'} / "
-              f"{'yes' if r.clears_accuracy else 'no'} |" for r in checked.itertuples()]
+              f"{'yes' if r.clears_accuracy else 'no'} |" for r in checked.head(SHOWN).itertuples()]
+    if len(checked) > SHOWN:
+        lines.append(f"| ... {plural(len(checked) - SHOWN, 'more check')}: the checks are the "
+                     "rows of runs.parquet with a `stall_check_of` | | | | | | |")
     moved = capacity[capacity["stalls_cleared"] > 0]
     lines += ["", "Failure points moved by verified stalls (loss view, secondary column): "
               + ("; ".join(f"{r.label}: {cell(r.observed_capacity)} as the runs ended, "
@@ -121,7 +125,7 @@ def rank_bound_section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     bounded = capacity[capacity["rank_bound"].notna()]
     if bounded.empty:
         return []
-    lines = ["## The rank bound (loss view)", "", rank_bound.DERIVATION, "",
+    lines = ["## The rank bound (loss view)", "",
              "Bounds here: " + "; ".join(f"{r.label} {r.rank_bound}"
                                          for r in bounded.itertuples()) + "."]
     lines += query_read_lines(capacity, runs)

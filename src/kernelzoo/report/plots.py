@@ -1,12 +1,10 @@
-"""Figures of the capacity analysis, drawn from the tables that ``analyze`` builds.
+"""The figures against the number of keys: final eval loss (``loss_vs_keys``), accuracy and keys
+retrieved (``accuracy_vs_keys``), and the eval curves around each failure point (``curves``).
 
-Every function takes DataFrames (``runs``: one row per summary plus ``label``; ``capacity``: the
-capacity table with its published columns; ``published``: the authors' points of the matching
-configurations, ``published.points``) and an output directory, writes one figure as PNG and SVG
-(``style.save``, atomically) and returns the PNG's path. The heatmaps are in ``heatmaps.py``,
-``capacity_scaling`` (failure point / d_dot per level) in ``scaling.py``,
-``capacity_efficiency`` (per configuration) in ``efficiency.py``; colours, label order, error
-bars and legends in ``style.py``.
+Every function takes the analysis' tables (``runs``: one row per summary plus ``label``;
+``capacity``: the capacity table with its published columns; ``published``: the authors' points
+of the matching configurations) and an output directory, writes one figure as PNG and SVG
+(``style.save``, atomically) and returns the PNG's path.
 """
 
 from __future__ import annotations
@@ -21,12 +19,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from kernelzoo.analysis import efficiency, rank_bound, scaling, update_rules
-from kernelzoo.analysis.capacity import VIEWS, interval_words
-from kernelzoo.analysis.heatmaps import heatmaps
-from kernelzoo.analysis.style import (DISPLAY_FLOOR, OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL,
-                             bar_handles, config_colors, dkey, error_bar, is_search, legend,
-                             log_square, natural, save)
+from kernelzoo.analysis import rank_bound, update_rules
+from kernelzoo.analysis.labels import dkey, is_search, natural
+from kernelzoo.report.style import DISPLAY_FLOOR, PUBLISHED_LABEL, legend, save
 
 
 def _per_key(ax, runs: pd.DataFrame, colors: dict, column: str, edge: str = "top",
@@ -291,53 +286,6 @@ def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float
     return save(fig, out_dir / "accuracy_vs_keys.png")
 
 
-def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float,
-                          out_dir: Path) -> Path:
-    """Observed against predicted capacity (log-log) with y = x: each configuration's loss-view
-    failure point with its bracket (one seed, dashed) or order-statistic interval (solid, its
-    level in the legend), bounds as triangles, the published failure points (same rule over the
-    authors' losses) hollow. fwm configurations are left out (their loss has a floor of
-    0.5 / S: ``update_rules``), with a note."""
-    fig = Figure(figsize=(7, 5.5))
-    ax = fig.add_subplot()
-    fwm = capacity["update_rule"].eq("fwm")
-    rows = capacity[capacity["predicted_capacity"].notna()
-                    & ~capacity["outcome"].isin(("no_data", "not_searched")) & ~fwm]
-    kinds = set()
-    for row in rows.itertuples():
-        x, y = float(row.predicted_capacity), row.observed_capacity
-        kind = interval_words("loss", row.n_seeds, row.outcome)
-        kinds.add(kind)
-        error_bar(ax, x, y, row.ci_low, row.ci_high, kind, colors[row.label],
-                   fmt=OUTCOME_MARKERS[row.outcome], ms=8, label=row.label)
-        if pd.notna(row.published_capacity):
-            ax.plot(x, row.published_capacity, ls="none", ms=13, mfc="none", mew=1.2,
-                    marker=OUTCOME_MARKERS[row.published_outcome], mec=colors[row.label])
-    ax.set_xlabel("predicted capacity d_dot (log)")
-    ax.set_ylabel(f"observed failure point n*: loss crosses tau = {threshold:g} (log)")
-    ax.set_title(f"Observed against predicted capacity ({dkey(capacity['d_key'])})", fontsize=10)
-    if rows.empty:
-        ax.text(0.5, 0.5, "no configuration with a bounded prediction and data",
-                ha="center", va="center", transform=ax.transAxes)
-        return save(fig, out_dir / "observed_vs_predicted.png")
-    log_square(ax, pd.concat([rows["predicted_capacity"].astype(float), rows["ci_low"],
-                               rows["ci_high"], rows["published_capacity"].dropna()]))
-    handles = ax.get_legend_handles_labels()[0] + [
-        Line2D([], [], ls="none", marker=OUTCOME_MARKERS[o], color="grey", label=words)
-        for o, words in OUTCOME_WORDS.items() if (rows["outcome"] == o).any()]
-    handles += bar_handles(kinds)
-    handles.append(Line2D([], [], color="black", ls=":", lw=1, label="y = x: n* = d_dot"))
-    if rows["published_capacity"].notna().any():
-        handles.append(Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="grey",
-                              label=f"hollow: {PUBLISHED_LABEL}, same rule"))
-    if fwm.any():
-        handles.append(Line2D([], [], ls="none", label=(
-            f"left out: {', '.join(natural(capacity.loc[fwm, 'label']))}\n    (fwm: its loss is "
-            "at least 0.5 / S; see the accuracy view)")))
-    legend(ax, handles)
-    return save(fig, out_dir / "observed_vs_predicted.png")
-
-
 def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: Path) -> Path:
     """One panel per configuration with a failure point inside the grid: the eval loss during
     training of the runs just below (solid: passes) and above (dashed: fails) it, with tau and
@@ -377,29 +325,3 @@ def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: P
                  + ("\nstop threshold not recorded in some runs' config.yaml" if unrecorded
                     else ""), fontsize=10)
     return save(fig, out_dir / "curves.png")
-
-
-def all_figures(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
-                published: pd.DataFrame, curve_table: pd.DataFrame,
-                families: list[scaling.Family], out_dir: Path,
-                threshold: float, accuracy_threshold: float,
-                search: bool = False) -> tuple[list[Path], list[str]]:
-    """Every figure of the analysis in report order, one colour per configuration, and one
-    line per figure left out (why). A search's sparse probes have no grid for heatmaps;
-    ``capacity_scaling`` (``scaling.figure``) needs a family with runs at two d_dot levels."""
-    colors = config_colors(capacity["label"])
-    maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
-    scaled = any(f.points["d_dot"].nunique() >= 2 for f in families)
-    if not scaled:
-        omitted.append("capacity_scaling: left out, as no family has runs at two or more d_dot "
-                       "values")
-    return [
-        loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
-        observed_vs_predicted(capacity, colors, threshold, out_dir),
-        *([scaling.figure(families, out_dir)] if scaled else []),
-        *([efficiency.capacity_efficiency(capacity, seeds, colors, out_dir)]
-          if any(len(efficiency.efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
-        *maps,
-        curves(curve_table, colors, threshold, out_dir),
-        accuracy_vs_keys(runs, colors, accuracy_threshold, out_dir),
-    ], omitted

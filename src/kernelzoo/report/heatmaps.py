@@ -24,7 +24,8 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from kernelzoo.analysis.style import DISPLAY_FLOOR, dkey, natural_key, save
+from kernelzoo.analysis.labels import dkey, natural_key
+from kernelzoo.report.style import DISPLAY_FLOOR, save
 
 CMAP = "RdBu_r"
 

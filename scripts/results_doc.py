@@ -1,0 +1,214 @@
+"""``docs/results.md`` and README's results summary, written from the committed stores' tables so
+that no number in them is typed by hand. It reads what the analysis wrote (capacity.csv,
+verdicts.csv, runs.parquet, sweep.json) and re-runs no analysis.
+
+    python scripts/results_doc.py           # rewrite docs/results.md and README's summary
+    python scripts/results_doc.py --check   # exit 1, naming the file, when one has drifted
+
+Every study gets a section: what it runs (its experiment file's header), what it cost (runs,
+training steps, run and sweep wall time, machine), its capacity table and its verdicts, as the
+first screen of its report.md shows them. The last section pools the prediction scores over every
+store. README holds a table of each study's headline verdicts between the markers
+``<!-- results:start -->`` and ``<!-- results:end -->``, and the figures that carry them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from kernelzoo.analysis import prediction
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
+from kernelzoo.analysis.labels import cell
+from kernelzoo.records.files import StoreError, atomic_write_text, read_bytes, read_text
+from kernelzoo.records.history import read_sweep
+from kernelzoo.report.markdown import observed
+from kernelzoo.report.verdicts import verdict_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
+           "favor_diagnosis", "lr_robustness", "lr_patience")
+REPEATS = {"lr_patience": "lr_robustness"}  # a store whose runs repeat another's: pooled once
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+# the verdicts of each study that README's table shows (verdicts.csv's ``verdict`` column)
+HEADLINES = {"quick": ("paper_bound",), "figure2": ("published_verdict",),
+             "figure2_search": ("published_verdict",), "figure3": ("update_rule_verdict",),
+             "dot_scaling": ("law",), "zoo": ("ranking", "sizes"),
+             "favor_diagnosis": ("factorial_verdict", "law"),
+             "lr_robustness": ("optimisation_verdicts",), "lr_patience": ("optimisation_verdicts",)}
+# the figures README shows: (store, figure, what it shows)
+FIGURES = (("zoo", "headline", "the zoo: failure point against d_dot per family, both sizes, "
+                               "each view a panel"),
+           ("figure2_search", "headline", "Figure 2 searched with 5 seeds: each configuration's "
+                                          "failure point against d_dot, each view a panel"),
+           ("dot_scaling", "capacity_scaling", "does capacity follow d_dot: failure point / d_dot "
+                                               "per level, with the fitted law"))
+
+
+def store_of(root: Path, experiment: str) -> Path:
+    return root / "results" / "reference" / experiment
+
+
+def _csv(path: Path) -> pd.DataFrame:
+    """A store's table, read as every store file is (``files.read_text``: a FIFO or a device is
+    named, never waited on)."""
+    return pd.read_csv(io.StringIO(read_text(path)))
+
+
+def _parquet(path: Path) -> pd.DataFrame:
+    return pd.read_parquet(io.BytesIO(read_bytes(path)))
+
+
+def _header(experiment: str, root: Path) -> str:
+    """The experiment file's header comment, without its first "name:" words."""
+    path = root / "experiments" / f"{experiment}.yaml"
+    lines = [line[2:] for line in path.read_text().splitlines()[1:]
+             if line.startswith("# ")] if path.exists() else []
+    text = " ".join((" ".join(lines).partition(": ")[2] if lines else "").split())
+    return text[:1].upper() + text[1:]
+
+
+def cost(store: Path) -> str:
+    """"<runs> runs, <steps> training steps, <time> of run time; sweep wall clock <minutes> min
+    over <n> invocations on <machines>", from the store's runs.parquet and sweep.json."""
+    runs = _parquet(store / "runs.parquet")
+    if "stall_check_of" in runs:
+        runs = runs[runs["stall_check_of"].isna()]
+    seconds = runs["wall_seconds"].sum()
+    time = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+    words = (f"{len(runs)} runs, {int(runs['steps'].fillna(0).sum()):,} training steps, "
+             f"{time} of run time")
+    history = read_sweep(store)  # StoreError naming it when it is no sweep record
+    if history is not None:
+        machines = sorted({i.get("machine", "?") for i in history.get("invocations", [])})
+        n = len(history.get("invocations", []))
+        words += (f"; sweep wall clock {float(history['wall_seconds']) / 60:.1f} min over {n} "
+                  f"invocation{'' if n == 1 else 's'} on {'; '.join(machines)}")
+    return words
+
+
+def capacity_lines(table: pd.DataFrame) -> list[str]:
+    """The store's capacity table in the three views (median [interval] over seeds)."""
+    lines = ["| configuration | d_dot | seeds | " + " | ".join(VIEW_WORDS[v] for v in VIEWS)
+             + " | loss / d_dot |", "|---|---|---|" + "---|" * len(VIEWS) + "---|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.label} | {int(r.d_dot) if pd.notna(r.d_dot) else 'unbounded'} | "
+                     f"{r.n_seeds} | " + " | ".join(observed(r, v) for v in VIEWS)
+                     + f" | {cell(r.ratio, 2)} |")
+    return lines
+
+
+def read_verdicts(store: Path) -> pd.DataFrame:
+    path = store / "verdicts.csv"
+    return _csv(path).fillna("") if path.exists() and path.stat().st_size > 1 else \
+        pd.DataFrame(columns=["verdict", "title", "evidence"])
+
+
+def section(experiment: str, root: Path) -> list[str]:
+    """One study's section ([] when the store is not analysed)."""
+    store = store_of(root, experiment)
+    if not (store / "capacity.csv").exists():
+        return []
+    table = _csv(store / "capacity.csv")
+    return [f"## `{experiment}`", "", _header(experiment, root), "",
+            f"Cost: {cost(store)}. Report: `results/reference/{experiment}/report.md`.", "",
+            *capacity_lines(table), "", *verdict_lines(read_verdicts(store)), ""]
+
+
+def predictions(root: Path) -> list[str]:
+    """The pooled prediction scores of every store."""
+    pooled = [e for e in STUDIES if e not in REPEATS
+              and (store_of(root, e) / "capacity.csv").exists()]
+    scores, _ = prediction.pooled([store_of(root, e) / "capacity.csv" for e in pooled])
+    left_out = [f"`{e}` (its runs repeat `{of}`'s)" for e, of in REPEATS.items()
+                if (store_of(root, e) / "capacity.csv").exists()]
+    return ["## Predicting the failure point before it is known", "",
+            "Mean |ln(observed / predicted)| over the configurations of every store above"
+            + (f" but {', '.join(left_out)}" if left_out else "")
+            + " (`python -m kernelzoo.analysis.prediction results/reference/{"
+            + ",".join(pooled) + "}/capacity.csv`; the predictors in "
+            "`src/kernelzoo/analysis/prediction.py`):", "",
+            *[f"- {scores.words(v)}." for v in VIEWS], ""]
+
+
+def document(root: Path = ROOT) -> str:
+    """The whole of docs/results.md."""
+    lines = ["# Results of the committed studies", "",
+             "Written by `scripts/results_doc.py` (`make docs`) from the analysed stores under "
+             "`results/reference/`; `make test` fails when a number here differs from its store. "
+             "The rules are in `docs/analysis.md`; each study's detail in its `report.md`.", ""]
+    for experiment in STUDIES:
+        lines += section(experiment, root)
+    return "\n".join(lines + predictions(root)).rstrip() + "\n"
+
+
+def summary(root: Path = ROOT) -> list[str]:
+    """README's summary: a table of each study's headline verdicts, then its figures."""
+    lines = [START, "| study | verdict | evidence |", "|---|---|---|"]
+    for experiment in STUDIES:
+        found = read_verdicts(store_of(root, experiment))
+        for r in found[found["verdict"].isin(HEADLINES[experiment])].itertuples():
+            lines.append(f"| `{experiment}` | {r.title} | {r.evidence.replace('|', '/')} |")
+    for experiment, name, what in FIGURES:
+        path = f"results/reference/{experiment}/{name}.png"
+        if (root / path).exists():
+            lines += ["", f"![{what}]({path})", "", f"*{what[:1].upper() + what[1:]}.*"]
+    return lines + [END]
+
+
+def readme(text: str, root: Path = ROOT) -> str:
+    """README ``text`` with its summary block rewritten (unchanged without the markers)."""
+    head, start, rest = text.partition(START)
+    if not start:
+        return text
+    _, end, tail = rest.partition(END)
+    return head + "\n".join(summary(root)) + tail if end else text
+
+
+def _problem(err: Exception) -> str:
+    """One line for what kept a store from being read."""
+    if isinstance(err, StoreError):
+        return str(err)
+    if isinstance(err, OSError):
+        return f"{err.filename}: {err.strerror}" if err.filename else str(err)
+    return f"a store's table is not as analysed ({type(err).__name__}: {err})"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python scripts/results_doc.py",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when docs/results.md or README's summary has drifted")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        targets = {args.root / "docs" / "results.md": document(args.root),
+                   args.root / "README.md": readme(read_text(args.root / "README.md"),
+                                                   args.root)}
+    except (StoreError, OSError, ValueError, KeyError) as err:  # a store that cannot be read
+        print(f"error: {_problem(err)}; valid: analysed stores under "
+              f"{args.root / 'results' / 'reference'} (make plots EXPERIMENT=<name> "
+              "RESULTS=results/reference)", file=sys.stderr)
+        sys.exit(1)
+    drifted = [path for path, text in targets.items()
+               if not path.exists() or path.read_text() != text]
+    if args.check:
+        for path in drifted:
+            print(f"{path}: differs from the stores under {args.root / 'results' / 'reference'}"
+                  " (make docs rewrites it)", file=sys.stderr)
+        sys.exit(1 if drifted else 0)
+    for path in drifted:
+        try:
+            atomic_write_text(path, targets[path])
+        except OSError as err:  # a read-only docs/: what is written so far is whole
+            print(f"error: {_problem(err)}; valid: a writable {path.parent}", file=sys.stderr)
+            sys.exit(1)
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

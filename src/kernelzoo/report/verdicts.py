@@ -1,0 +1,224 @@
+"""The study's verdicts on report.md's first screen: one line each, with the numbers that carry
+it and what bounds its power (seeds, interval levels, the margin a test decides above). Each
+reads the analysis' tables; a verdict that does not apply to the study is left out."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kernelzoo.analysis import (between_sizes, factorial, optimisation, rankings, scaling, tiers,
+                                update_rules)
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
+from kernelzoo.analysis.efficiency import efficiency_order
+from kernelzoo.analysis.labels import bound, cell
+from kernelzoo.analysis.pipeline import Analysis
+from kernelzoo.config.words import plural
+
+COLUMNS = ("verdict", "title", "evidence")  # verdicts.csv: which verdict, its heading, its line
+
+
+def _ratio(r) -> str:
+    """A loss-view ratio to d_dot with its interval: "0.94 [0.75, 1]", a bound as such."""
+    if r.outcome != "fails_at":
+        return bound(r.ratio, r.outcome)
+    return f"{r.ratio:.2f} [{r.ci_low / r.predicted_capacity:.2f}, " \
+           f"{r.ci_high / r.predicted_capacity:.2f}]"
+
+
+def paper_bound(capacity: pd.DataFrame) -> list[str]:
+    """The paper's prediction n* <= d_dot in the loss view, per configuration with a d_dot:
+    below (its interval under d_dot), at (covering it) or above (over it, or a lower bound
+    past it)."""
+    rows = capacity[capacity["predicted_capacity"].notna()
+                    & ~capacity["outcome"].isin(("no_data", "not_searched"))]
+    if rows.empty:
+        return []
+    d = rows["predicted_capacity"].astype(float)
+    high = rows["ci_high"].where(rows["outcome"] == "fails_at", rows["observed_capacity"])
+    low = rows["ci_low"].where(rows["outcome"] == "fails_at", rows["observed_capacity"])
+    above = (low > d) | ((rows["outcome"] == "never_fails") & (rows["observed_capacity"] >= d))
+    below = ~above & (high < d)
+    parts = [f"{int(below.sum())} fail before d_dot, {int((~above & ~below).sum())} at it, "
+             f"{int(above.sum())} above it"]
+    if above.any():
+        parts.append("above: " + ", ".join(f"{r.label} {_ratio(r)}"
+                                           for r in rows[above].itertuples()))
+    return [f"- **n* <= d_dot** (the paper's bound, loss view; failure point / d_dot "
+            f"[interval]), {plural(len(rows), 'configuration')}: " + "; ".join(parts) + "."]
+
+
+def published_verdict(capacity: pd.DataFrame) -> list[str]:
+    """The authors' one published run against one new seed's 95% prediction interval, at the
+    resolution of their 20-key grid, with its rank among the seeds (``published.verdict``)."""
+    theirs = capacity[capacity["published_outcome"].notna()]
+    if theirs.empty:
+        return []
+    return ["- **Against the authors' published losses** (loss view, ours against theirs; their "
+            "one run consistent with one new seed's 95% prediction interval or not): "
+            + "; ".join(f"{r.label} {bound(r.observed_capacity, r.outcome)} against "
+                        f"{bound(r.published_capacity, r.published_outcome)}"
+                        + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
+                           else "") for r in theirs.itertuples()) + "."]
+
+
+def law(families) -> list[str]:
+    """Per view, the families whose law n* = a d_dot^b was fitted, or that cannot tell on their
+    bounds: rejects n* = d_dot, consistent with it (power 50% or more against n* = 0.9 d_dot)
+    or cannot tell, with b [95%] and the F test's p."""
+    table = scaling.table(list(families))
+    if table.empty:
+        return []
+    fits = table.drop_duplicates(["family", "view"])
+    fits = fits[fits["b"].notna() | fits["verdict"].eq(scaling.VERDICTS[2])]
+    lines = []
+
+    def words(r) -> str:
+        if pd.isna(r.b):  # a verdict on bounds alone
+            mine = table[(table["family"] == r.family) & (table["view"] == r.view)]
+            return f"{r.family} {scaling.law_words(r, mine)}"
+        return (f"{r.family} b = {r.b:.2f} [{r.b_low:.2f}, {r.b_high:.2f}], p = "
+                f"{r.p_identity:.2g}, {scaling.short_verdict(r)} ({r.n_d_dot} levels)")
+
+    for view, rows in fits.groupby("view", sort=False):
+        lines.append(f"- **n* = d_dot, {VIEW_WORDS[view]} view** (law fitted over the d_dot "
+                     "levels; b [95%], F test p): " + "; ".join(map(words, rows.itertuples()))
+                     + ".")
+    return lines
+
+
+def ranking(capacity: pd.DataFrame) -> list[str]:
+    """Per size, the headline view's first tier (the configurations whose intervals overlap the
+    best's, ``tiers.py``) with its bounds apart, and how far the views' orders agree (Spearman's
+    rho)."""
+    head = efficiency_order(capacity, rankings.HEADLINE)
+    if len(head) < 3:
+        return []
+    placed = [p for p in tiers.tiers(capacity) if p.view == rankings.HEADLINE]
+    parts = []
+    for size, levels in rankings.sizes(capacity).items():
+        mine = head[head["predicted_capacity"].isin(levels)]
+        if len(mine) < 3:
+            continue
+        top = [p for p in placed if p.size == size and p.tier == 1]
+        bounded = [p for p in placed if p.size == size and p.tier is None]
+        parts.append(f"at d_dot {size} ({len(mine)}): " + "; ".join(
+            f"{p.label} {p.efficiency:.3g}" for p in top)
+            + ("; bounds apart: " + "; ".join(
+                f"{p.label} {'>=' if p.outcome == 'never_fails' else '<='} {p.efficiency:.3g}"
+                for p in bounded) if bounded else ""))
+    lines = [f"- **First tier** ({VIEW_WORDS[rankings.HEADLINE]} view, failure point / d_dot; "
+             "the configurations whose intervals overlap the best's, no order within it): "
+             + " | ".join(parts) + "."] if parts else []
+    rhos = rankings.view_rhos(capacity)
+    if rhos:
+        lines.append("- **Views agree** (Spearman rho of failure point / d_dot): " + "; ".join(
+            f"{VIEW_WORDS[v]} / {VIEW_WORDS[w]} {rho:.2f} ({n} configurations)"
+            for v, w, rho, n in rhos) + ".")
+    return lines
+
+
+def sizes(capacity: pd.DataFrame, families) -> list[str]:
+    """Per pair of sizes, the families' rank agreement and those moved by their own change."""
+    family = {label: f.name for f in families for label in f.points["label"].unique()}
+    return [f"- **Between d_dot {p.small} and {p.large}** ({len(p.families)} families, "
+            "Spearman rho of their ranks): "
+            + ", ".join(f"{VIEW_WORDS[v]} {r:.2f}" for v, (r, _) in p.rho.items())
+            + "; moved by their own efficiency change: "
+            + ("; ".join(f"{name} ({', '.join(views)})" for name, views in p.moved.items())
+               or "none") + "." for p in between_sizes.pairs(capacity, family)]
+
+
+def optimisation_verdicts(a: Analysis) -> list[str]:
+    """Per setting the test varies: in each view, how many configurations rise beyond the
+    margin, within it, do not move or cannot tell (with the margin they would decide above)."""
+    lines = []
+    for setting in optimisation.SETTINGS:
+        found = optimisation.table(a.seeds, a.capacity, setting)
+        if found.empty:
+            continue
+        parts = []
+        for view in VIEWS:
+            mine = found[found["view"] == view]
+            counts = ", ".join(f"{v} {int((mine['verdict'] == v).sum())}"
+                               for v in optimisation.VERDICTS)
+            moved = mine.loc[mine["verdict"].isin(optimisation.RISES), "label"]
+            parts.append(f"{VIEW_WORDS[view]}: {counts}"
+                         + (f" ({', '.join(moved)})" if len(moved) else ""))
+        undecided = found[found["verdict"] == optimisation.VERDICTS[3]]["decided_at"]
+        undecided = undecided[undecided.map(lambda v: pd.notna(v) and v != float("inf"))]
+        lines.append(f"- **Does the failure point move with the {setting.heading.lower()}?** "
+                     f"({optimisation.TEST_WORDS[setting.test]}, margin "
+                     f"{optimisation.MARGIN:g} d_dot keys, "
+                     f"{found['label'].nunique()} configurations) " + "; ".join(parts)
+                     + (f"; those that cannot tell would decide above a margin of "
+                        f"{cell(undecided.median())} keys (median)" if len(undecided) else "")
+                     + ".")
+    return lines
+
+
+def update_rule_verdict(capacity: pd.DataFrame) -> list[str]:
+    """Per map run under several update rules, the rules in order of their accuracy-view
+    failure points."""
+    found = update_rules.table(capacity)
+    if found.empty:
+        return []
+    ranked = [f"{name}: " + " > ".join(f"{r.update_rule} {bound(r.observed_capacity_acc, r.outcome_acc)}"
+                                       for r in g.itertuples())
+              for name, g in found.groupby("map", sort=False) if len(g) > 1]
+    return ["- **Update rules** (accuracy view, most keys first): " + "; ".join(ranked) + "."] \
+        if ranked else []
+
+
+def factorial_verdict(a: Analysis) -> list[str]:
+    """Each design's main effects in the loss view: the ratio on the failure point [95%]; a
+    factor in an interaction whose interval excludes 1 is given at each level of the other
+    (``factorial.simple_effects``) in place of its averaged main effect."""
+    effects = a.effects
+    if effects.empty:
+        return []
+    main = effects[(effects["view"] == "loss") & (effects["order"] == 1)]
+    lines = []
+    for design, rows in main.groupby("design", sort=False):
+        simple = [e for e in factorial.simple_table(a.capacity, a.seeds)
+                  if e.view == "loss" and e.design == design]
+        interacting = {e.factor for e in simple}
+        lines.append(f"- **Factorial, {design}** (loss view, each change's ratio on the failure "
+                     f"point [95%], {rows['seeds'].iloc[0]} seeds): " + "; ".join(
+                         f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
+                         for r in rows.itertuples() if r.effect not in interacting)
+                     + "".join(f"; {words}" for words in factorial.simple_words(simple, "loss"))
+                     + ".")
+    return lines
+
+
+def stall_verdict(a: Analysis) -> list[str]:
+    """How many runs stalled, were checked and cleared: the headline counts each as it ended."""
+    stalled = int(a.runs["stalled"].sum())
+    if not stalled:
+        return []
+    return [f"- **Stalls**: {stalled} of {len(a.runs)} runs stalled (a few keys never learned "
+            f"under capacity); {len(a.checked)} checked, "
+            f"{int(a.checked['clears_loss'].sum()) if len(a.checked) else 0} cleared in the "
+            "loss view; the table counts each run as it ended."]
+
+
+def verdicts(a: Analysis) -> pd.DataFrame:
+    """Every verdict that applies to the study (verdicts.csv): which verdict (the function that
+    states it), its title and its evidence, one row each in report order."""
+    rows = []
+    for function, found in (
+            (paper_bound, paper_bound(a.capacity)),
+            (published_verdict, published_verdict(a.capacity)), (law, law(a.families)),
+            (ranking, ranking(a.capacity)), (sizes, sizes(a.capacity, a.families)),
+            (optimisation_verdicts, optimisation_verdicts(a)),
+            (update_rule_verdict, update_rule_verdict(a.capacity)),
+            (factorial_verdict, factorial_verdict(a)), (stall_verdict, stall_verdict(a))):
+        for line in found:
+            title, _, evidence = line.removeprefix("- **").partition("**")
+            rows.append((function.__name__, title, evidence.removeprefix(":").strip()))
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def verdict_lines(found: pd.DataFrame) -> list[str]:
+    """The verdicts as report.md's first screen lists them (``verdicts`` or verdicts.csv)."""
+    return [f"- **{r.title}** {r.evidence}" for r in found.itertuples()]
