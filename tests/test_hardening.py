@@ -13,6 +13,8 @@ from conftest import TINY, runs_dir, snapshot
 from kernelzoo.records import store
 from kernelzoo.records.summary import new as new_summary
 from kernelzoo import train as train_module
+from kernelzoo.records.rundir import RunDir
+from kernelzoo.training import job
 from kernelzoo.config import UsageError
 
 
@@ -27,7 +29,7 @@ def _composed(results, *overrides):
 
 
 def _quiet(cfg):
-    return train_module.run(cfg, echo=lambda line: None)
+    return job.run(cfg, echo=lambda line: None)
 
 
 # ------------------------------------------------------------------ links out of the store
@@ -84,7 +86,7 @@ def test_reset_removes_links_not_what_they_point_to(tmp_path, victim):
     (run / "tmp").symlink_to(victim, target_is_directory=True)
     (run / "sub").mkdir()
     (run / "sub" / "link").symlink_to(victim, target_is_directory=True)
-    store.reset(run)
+    RunDir(run).reset()
     assert sorted(os.listdir(run)) == [] and (victim / "thesis.tex").read_text() == "years of work\n"
 
 
@@ -92,7 +94,7 @@ def test_a_linked_claim_lock_is_not_truncated_through(tmp_path, victim):
     run = tmp_path / "run"
     run.mkdir()
     (run / ".claim").symlink_to(victim / "thesis.tex")
-    with store.Claim(run) as claimed:
+    with RunDir(run).claim() as claimed:
         assert claimed
     assert (victim / "thesis.tex").read_text() == "years of work\n"
     assert not (run / ".claim").is_symlink()
@@ -145,7 +147,7 @@ def _rewrite_checkpoint(path: Path, change) -> None:
     state = torch.load(path / checkpoint.NAME, weights_only=True)
     change(state)
     (path / checkpoint.NAME).unlink()
-    checkpoint.write(path, {k: v for k, v in state.items() if k != "format"})
+    checkpoint.write(RunDir(path), {k: v for k, v in state.items() if k != "format"})
 
 
 def _fifo(path: Path) -> None:

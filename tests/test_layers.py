@@ -17,7 +17,7 @@ LAYER = {
     "kernelzoo.training": 3, "kernelzoo.analysis": 3,
     "kernelzoo.train": 5, "kernelzoo.analyze": 5, "kernelzoo.results_doc": 5,
     "kernelzoo.sweep": 6,  # the front door of train's Hydra app
-    "kernelzoo.bench": 6,  # measures runs through the trainer's command (train.run)
+    "kernelzoo.bench": 6,  # measures runs through the trainer's command (training.job.run)
     "hydra_plugins.kernelzoo_sweeper": 6,
 }
 

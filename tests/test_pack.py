@@ -15,7 +15,7 @@ from kernelzoo.maps.catalog import FEATURE_MAPS, build_feature_map
 from kernelzoo.config import CONF, Config
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
 from kernelzoo.core.task import RetrievalTask
-from kernelzoo.train import run
+from kernelzoo.training.job import run
 
 TINY = ["d_key=8", "logger=none", "trainer.max_steps=300", "trainer.eval_every=50",
         "trainer.eval_sequences=4", "trainer.patience=100", "trainer.progress=false"]

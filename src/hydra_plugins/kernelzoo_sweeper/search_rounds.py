@@ -29,6 +29,7 @@ import json
 import sys
 from collections import Counter
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from filelock import FileLock
 from omegaconf import OmegaConf
@@ -40,6 +41,9 @@ from kernelzoo.records import files, history, store
 
 from .packs import Point
 from .points import fail, override_key, override_value
+
+if TYPE_CHECKING:  # imported where used: torch loads only once a sweep plans its points
+    from kernelzoo.training.plan import RunIdentity
 from ._search import VIEWS, Observation, Probe, make_spec, search_views
 
 
@@ -64,13 +68,12 @@ class Series:
     def point(self, n_keys: int) -> list[str]:
         return [*self.overrides, f"n_keys={n_keys}"]
 
-    def identity_at(self, n_keys: int) -> dict:
+    def identity_at(self, n_keys: int) -> RunIdentity:
         """The run identity of the series' point at ``n_keys`` (``kernelzoo.training.plan``'s)."""
         task = self.task
         seq_len, eval_seq_len = config.sequence_lengths(n_keys, task.replacement, task.seq_len,
                                                         task.eval_seq_len)
-        return {**self.identity, "n_keys": n_keys,
-                "task": {**vars(task), "seq_len": seq_len, "eval_seq_len": eval_seq_len}}
+        return self.identity.at(n_keys, seq_len, eval_seq_len)
 
     def stop(self, outcome: str, reason: str | None = None) -> None:
         """End the search of this series: every view not located records why."""
@@ -121,7 +124,7 @@ class SearchRounds:
         if isinstance(p, Infeasible):  # no spec, one probe records it with why
             print(f"infeasible: {series.key}: {p.reason}")
             return
-        identity = {k: v for k, v in p.identity.items() if k != "n_keys"}
+        identity = {k: v for k, v in p.identity.as_dict().items() if k != "n_keys"}
         identity["task"] = {k: v for k, v in identity["task"].items()
                             if k not in ("seq_len", "eval_seq_len")}  # these follow n_keys
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode())
@@ -243,10 +246,10 @@ class SearchRounds:
         if series.identity is not None:
             from kernelzoo.training.plan import locate
 
-            _, path = locate(self.config, series.identity_at(n_keys))
-            if store.is_done(path):
+            _, run = locate(self.config, series.identity_at(n_keys))
+            if run.is_done():
                 try:
-                    return store.read_summary(path)
+                    return run.read_summary()
                 except store.StoreError:
                     pass  # the index, or the job, says what is wrong with it
         return self.sweeper.indexed(series.point(n_keys))
