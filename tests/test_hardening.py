@@ -327,16 +327,16 @@ def test_a_worker_dies_with_its_sweep_killed_outright(cli_env, depth):
     import sys
     import time
 
-    from kernelzoo.records import interrupt
+    from kernelzoo.training import interrupt
 
-    worker = ("import os, time; from kernelzoo.records import interrupt; interrupt.die_with_sweep(); "
+    worker = ("import os, time; from kernelzoo.training import interrupt; interrupt.die_with_sweep(); "
               "print(os.getpid(), flush=True); time.sleep(60)")
     start = f"subprocess.Popen([sys.executable, '-c', {worker!r}])"
     for _ in range(depth - 1):  # a controller between: it prints its pid, then starts the next
         controller = ("import os, subprocess, sys, time; print(os.getpid(), flush=True); "
                       f"{start}; time.sleep(60)")
         start = f"subprocess.Popen([sys.executable, '-c', {controller!r}])"
-    sweep = ("import subprocess, sys, time; from kernelzoo.records import interrupt; "
+    sweep = ("import subprocess, sys, time; from kernelzoo.training import interrupt; "
              f"interrupt.mark_sweep(); {start}; time.sleep(60)")
     main = subprocess.Popen([sys.executable, "-c", sweep], env=cli_env, stdout=subprocess.PIPE,
                             text=True)
@@ -354,7 +354,7 @@ def test_a_worker_dies_with_its_sweep_killed_outright(cli_env, depth):
 
 
 def test_the_next_sweep_cleans_what_a_killed_one_left_in_shm(tmp_path):
-    from kernelzoo.records import interrupt
+    from kernelzoo.training import interrupt
 
     dead = 2 ** 22 + 1  # above any pid_max: no such process
     gone = [tmp_path / f"joblib_memmapping_folder_{dead}_ab12_cd34", tmp_path / f"sem.loky-{dead}-x1y2"]
@@ -390,7 +390,7 @@ def test_sigkill_of_a_joblib_sweep_takes_its_workers_and_the_rerun_cleans_shm(
     from conftest import train as cli_train
     from test_signals import SWEEP, in_flight
 
-    from kernelzoo.records import interrupt
+    from kernelzoo.training import interrupt
 
     results = tmp_path / "results"
     args = [*SWEEP, "trainer.max_steps=20000", f"results_dir={results}", "launcher=local",
@@ -512,7 +512,7 @@ def test_a_plugin_failing_at_import_disables_only_itself(tmp_path, monkeypatch):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: three\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[kernelzoo.maps.base]\nbad = badmaps\nexiting = exitmaps\ncube = mymaps\n")
+        "[kernelzoo.feature_maps]\nbad = badmaps\nexiting = exitmaps\ncube = mymaps\n")
     monkeypatch.syspath_prepend(str(site))
     saved = dict(feature_maps.FEATURE_MAPS)
     monkeypatch.setattr(catalog, "PLUGIN_FAILURES", {})

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, _group_alive, json_file, train
 
-from kernelzoo.records import interrupt, store
+from kernelzoo.records import store
+from kernelzoo.training import interrupt
 
 SWEEP = ["--multirun", "experiment=sig", "trainer=smoke", "logger=none", "trainer.threads=1",
          "d_key=4", "feature_map=elu", "n_keys=3,4",

@@ -139,7 +139,7 @@ def test_plan_checks_each_stalled_run_of_the_sweep_once(tmp_path):
     points = {rid: [f"n_keys={rid.split('-S')[1].split('-')[0]}", "feature_map=elu",
                     "trainer.patience=10", "+experiments=x"] for rid in (stalled, before)}
     points["check-of-before"] = ["stall_check_of=" + before]
-    found = stall_checks.plan(exp, points, threshold=0.01)
+    found = stall_checks.find(exp, points, threshold=0.01)
     assert found.record() == {"stalled": 2, "checked_before": 1, "launched": 1,
                               "not_in_sweep": 1, "uncheckable": 0}
     (c,) = found.checks
@@ -149,10 +149,10 @@ def test_plan_checks_each_stalled_run_of_the_sweep_once(tmp_path):
     assert c.line == (f"stall check of {stalled} (plateau at step 500, 1 key of 40 never "
                       "learned): trainer.patience=30 trainer.max_steps=2000")
     # at a threshold where nothing of the configuration passes there is no stall
-    assert stall_checks.plan(exp, points, threshold=0.0001).record()["stalled"] == 0
+    assert stall_checks.find(exp, points, threshold=0.0001).record()["stalled"] == 0
     # a stalled run without its stopping rule in config.yaml is named, not checked
     (exp / "runs" / stalled / "config.yaml").write_text("n_keys: 40\n")
-    found = stall_checks.plan(exp, points, threshold=0.01)
+    found = stall_checks.find(exp, points, threshold=0.01)
     assert not found.checks and found.unchecked == [
         f"{stalled}: its config.yaml gives no trainer.patience and trainer.max_steps"]
 

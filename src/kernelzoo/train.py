@@ -24,8 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from kernelzoo import config
 from kernelzoo.config import UsageError
 from kernelzoo.config.hydra_internals import args_parser
-from kernelzoo.records import files, interrupt, store
-from kernelzoo.training import job
+from kernelzoo.records import files, store
+from kernelzoo.training import interrupt, job
 from kernelzoo.training.plan import resolve
 
 if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached: one per sweep

@@ -27,7 +27,7 @@ from kernelzoo.records import files, progress, store, tracking
 from kernelzoo.records.rundir import RunDir
 from kernelzoo.training import checkpoint
 from kernelzoo.training.devices import check_memory
-from kernelzoo.training.pack import step_cost
+from kernelzoo.training.packing import step_cost
 from kernelzoo.training.plan import Infeasible, Plan, locate, resolve
 from kernelzoo.training.runner import Member, build_model, fit
 
