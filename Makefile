@@ -31,9 +31,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	@touch $(STAMP)
 
-sweep: install  ## run a named sweep end to end, then its analysis: make sweep EXPERIMENT=quick
+# the analysis `make sweep` runs, and where it checks whether the store changed since the last
+ANALYSIS = experiment=$(EXPERIMENT) results_dir=$(RESULTS) $(filter logger=%,$(ARGS))
+ANALYSED = $(PY) -m kernelzoo.records.analysed
+
+sweep: install  ## run a named sweep end to end, then its analysis if a run changed: make sweep EXPERIMENT=quick
 	$(PY) -m kernelzoo.sweep $(EXPERIMENT) $(OVERRIDES)
-	$(if $(DRY_RUN),@echo "dry run: nothing was trained and there is nothing to analyse",$(PY) -m kernelzoo.analyze experiment=$(EXPERIMENT) results_dir=$(RESULTS) $(filter logger=%,$(ARGS)))
+	$(if $(DRY_RUN),@echo "dry run: nothing was trained and there is nothing to analyse",$(ANALYSED) check $(RESULTS)/$(EXPERIMENT) $(ANALYSIS) || { $(PY) -m kernelzoo.analyze $(ANALYSIS) && $(ANALYSED) mark $(RESULTS)/$(EXPERIMENT) $(ANALYSIS); })
 
 run: install  ## train one configuration: make run ARGS="feature_map=dpfp feature_map.nu=2 n_keys=260"
 	$(PY) -m kernelzoo.train $(OVERRIDES)

@@ -25,8 +25,10 @@ from kernelzoo import config
 from kernelzoo.config import UsageError
 from kernelzoo.config.hydra_internals import args_parser
 from kernelzoo.records import files, store
-from kernelzoo.training import interrupt, job
-from kernelzoo.training.plan import resolve
+from kernelzoo.training import interrupt
+
+# the job (training/job.py, which loads torch) is imported where a run starts: a sweep's own
+# process plans and trains nothing when every point is done
 
 if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached: one per sweep
     OmegaConf.register_new_resolver("pid", os.getpid, use_cache=True)
@@ -50,6 +52,9 @@ def precheck(argv: list[str]) -> None:
                 raise UsageError("stall_check=true: a single run has no sweep whose stalled runs "
                                  "it could check; valid: in a sweep, python -m kernelzoo.sweep "
                                  "<experiment> stall_check=true")
+            from kernelzoo.training import job
+            from kernelzoo.training.plan import resolve
+
             with config.as_job(cfg) as one:
                 resolve(one)  # an infeasible point: the run records it, with its reason
                 config.writable(one.results_dir)
@@ -74,6 +79,8 @@ def main() -> None:
 def _app(cfg: DictConfig) -> list[str | None]:
     """Entry point; returns the status of each of the job's runs (None when skipped) for the
     sweep's totals."""
+    from kernelzoo.training import job
+
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     if in_sweep:
         interrupt.die_with_sweep()

@@ -22,6 +22,7 @@ line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep
 """
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -45,12 +46,21 @@ from .packs import Point, jobs
 from .points import check_launcher, check_points, fail, override_key
 
 
-def machine() -> str:
-    """CPU model, cores and torch version of the machine running the sweep, for the report."""
-    import torch
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")  # CUDA's and ROCm's: torch sees no GPU without one
 
-    gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{history.cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
+
+def machine() -> str:
+    """CPU model, cores, GPU and torch version of the machine running the sweep, for the
+    report. torch is loaded to name the GPU only where one may be: a sweep whose every point
+    is done loads none."""
+    if "torch" in sys.modules or any(map(os.path.exists, GPU_DEVICES)):
+        import torch
+
+        gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+        version = torch.__version__
+    else:
+        gpu, version = "", importlib.metadata.version("torch")
+    return f"{history.cpu_model()}, {os.cpu_count()} cores{gpu}, torch {version}"
 
 
 def batch_size(max_batch_size: int | None, launcher) -> int | None:

@@ -42,15 +42,20 @@ from kernelzoo.records import files, history, store
 from .packs import Point
 from .points import fail, override_key, override_value
 
-if TYPE_CHECKING:  # imported where used: torch loads only once a sweep plans its points
+if TYPE_CHECKING:  # imported where used: Hydra's plugin scan runs this module on every start,
+    # and the search (pandas, through the analysis' failure rule) or torch (a plan) are needed
+    # only once a search runs
     from kernelzoo.training.plan import RunIdentity
-from ._search import VIEWS, Observation, Probe, make_spec, search_views
+
+    from ._search import Observation, Probe
 
 
 class Series:
     """One configuration and seed: its overrides (without n_keys), its spec, what it saw."""
 
     def __init__(self, overrides: tuple[str, ...], grid_keys: list[int]):
+        from ._search import VIEWS
+
         self.overrides, self.grid_keys = overrides, grid_keys
         # until planned: the overrides that choose the configuration (not how the search runs)
         self.key = " ".join(sorted(o for o in overrides if not o.startswith("search")))
@@ -77,6 +82,8 @@ class Series:
 
     def stop(self, outcome: str, reason: str | None = None) -> None:
         """End the search of this series: every view not located records why."""
+        from ._search import VIEWS
+
         why = {"outcome": outcome, **({"reason": reason} if reason else {})}
         self.verdicts = {v: why if outcome == "infeasible" else (self.verdicts[v] or why)
                          for v in VIEWS}
@@ -115,6 +122,8 @@ class SearchRounds:
     def _plan(self, series: Series) -> None:
         """The series' d_dot and spec, from the check of its first grid point."""
         from kernelzoo.training.plan import Infeasible
+
+        from ._search import make_spec
 
         if not series.grid_keys and None in (self.conf.min_keys, self.conf.max_keys):
             fail(f"search=bisect needs a range of n_keys for {series.key or 'the sweep'}: give "
@@ -224,6 +233,8 @@ class SearchRounds:
         return last
 
     def _next(self, series: Series) -> list[Probe]:
+        from ._search import Probe, search_views
+
         if series.spec is None:  # infeasible: its one probe records why
             n = series.grid_keys[0] if series.grid_keys else self.conf.min_keys
             if series.probes:
@@ -256,6 +267,8 @@ class SearchRounds:
 
     def _read(self, series: Series, n_keys: int) -> bool:
         """Fold a finished probe into its series; False if the store has no result for it."""
+        from ._search import Observation
+
         summary = self._summary(series, n_keys)
         if summary is None:
             return False
