@@ -70,6 +70,17 @@ def test_every_module_belongs_to_a_layer():
         unit(name)
 
 
+# the modules at the top of the package: the commands alone (and the docs generator, until it
+# moves to scripts/); everything else lives in a package of its layer
+ENTRY_POINTS = {"kernelzoo.train", "kernelzoo.sweep", "kernelzoo.analyze", "kernelzoo.results_doc"}
+
+
+def test_only_the_entry_points_sit_at_the_top_of_the_package():
+    top = {name for name, path in modules().items()
+           if name.startswith("kernelzoo.") and path.parent == SRC / "kernelzoo"}
+    assert top <= ENTRY_POINTS, sorted(top - ENTRY_POINTS)
+
+
 def test_imports_point_downward():
     upward = [f"{a} -> {b}" for a, deps in graph().items() for b in deps
               if unit(a) != unit(b) and LAYER[unit(b)] >= LAYER[unit(a)]]
