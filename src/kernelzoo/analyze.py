@@ -43,7 +43,8 @@ from kernelzoo import config
 from kernelzoo.config.hydra_internals import args_parser
 from kernelzoo.analysis import (dynamics, efficiency, factorial, plots, prediction, published,
                                 rank_bound, scaling, settings, stalls)
-from kernelzoo.records import interrupt, tracking
+from kernelzoo.records import tracking
+from kernelzoo.training import interrupt
 from kernelzoo.analysis.capacity import RULE, by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.records.files import StoreError, atomic_write, atomic_write_text, one_line, read_text
 from kernelzoo.analysis.report import write_report
