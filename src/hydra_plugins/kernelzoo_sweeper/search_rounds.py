@@ -235,7 +235,7 @@ class SearchRounds:
         return last
 
     def _next(self, series: Series) -> list[Probe]:
-        from ._search import Probe, search_views
+        from ._search import VIEWS, Probe, search_views
 
         if series.spec is None:  # infeasible: its one probe records why
             n = series.grid_keys[0] if series.grid_keys else self.conf.min_keys
