@@ -46,7 +46,7 @@ $(STAMP): pyproject.toml
 	@PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(LOCKED) $(PY) -m pip install -q -e ".[test]"
 	@touch $(STAMP)
 
-sweep: install  ## run a named sweep end to end, then its analysis: make sweep EXPERIMENT=quick
+sweep: install  ## run a named sweep end to end, then its analysis if a run changed: make sweep EXPERIMENT=quick
 	$(PY) -m kernelzoo.sweep $(EXPERIMENT) $(OVERRIDES)
 
 run: install  ## train one configuration: make run ARGS="feature_map=dpfp feature_map.nu=2 n_keys=260"

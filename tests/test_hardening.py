@@ -13,6 +13,8 @@ from conftest import TINY, runs_dir, snapshot
 from kernelzoo.records import store
 from kernelzoo.records.summary import new as new_summary
 from kernelzoo import train as train_module
+from kernelzoo.records.rundir import RunDir
+from kernelzoo.training import job
 from kernelzoo.config import UsageError
 
 
@@ -27,7 +29,7 @@ def _composed(results, *overrides):
 
 
 def _quiet(cfg):
-    return train_module.run(cfg, echo=lambda line: None)
+    return job.run(cfg, echo=lambda line: None)
 
 
 # ------------------------------------------------------------------ links out of the store
@@ -84,7 +86,7 @@ def test_reset_removes_links_not_what_they_point_to(tmp_path, victim):
     (run / "tmp").symlink_to(victim, target_is_directory=True)
     (run / "sub").mkdir()
     (run / "sub" / "link").symlink_to(victim, target_is_directory=True)
-    store.reset(run)
+    RunDir(run).reset()
     assert sorted(os.listdir(run)) == [] and (victim / "thesis.tex").read_text() == "years of work\n"
 
 
@@ -92,7 +94,7 @@ def test_a_linked_claim_lock_is_not_truncated_through(tmp_path, victim):
     run = tmp_path / "run"
     run.mkdir()
     (run / ".claim").symlink_to(victim / "thesis.tex")
-    with store.Claim(run) as claimed:
+    with RunDir(run).claim() as claimed:
         assert claimed
     assert (victim / "thesis.tex").read_text() == "years of work\n"
     assert not (run / ".claim").is_symlink()
@@ -145,7 +147,7 @@ def _rewrite_checkpoint(path: Path, change) -> None:
     state = torch.load(path / checkpoint.NAME, weights_only=True)
     change(state)
     (path / checkpoint.NAME).unlink()
-    checkpoint.write(path, {k: v for k, v in state.items() if k != "format"})
+    checkpoint.write(RunDir(path), {k: v for k, v in state.items() if k != "format"})
 
 
 def _fifo(path: Path) -> None:
@@ -328,16 +330,16 @@ def test_a_worker_dies_with_its_sweep_killed_outright(cli_env, depth):
     import sys
     import time
 
-    from kernelzoo.records import interrupt
+    from kernelzoo.training import interrupt
 
-    worker = ("import os, time; from kernelzoo.records import interrupt; interrupt.die_with_sweep(); "
+    worker = ("import os, time; from kernelzoo.training import interrupt; interrupt.die_with_sweep(); "
               "print(os.getpid(), flush=True); time.sleep(60)")
     start = f"subprocess.Popen([sys.executable, '-c', {worker!r}])"
     for _ in range(depth - 1):  # a controller between: it prints its pid, then starts the next
         controller = ("import os, subprocess, sys, time; print(os.getpid(), flush=True); "
                       f"{start}; time.sleep(60)")
         start = f"subprocess.Popen([sys.executable, '-c', {controller!r}])"
-    sweep = ("import subprocess, sys, time; from kernelzoo.records import interrupt; "
+    sweep = ("import subprocess, sys, time; from kernelzoo.training import interrupt; "
              f"interrupt.mark_sweep(); {start}; time.sleep(60)")
     main = subprocess.Popen([sys.executable, "-c", sweep], env=cli_env, stdout=subprocess.PIPE,
                             text=True)
@@ -377,7 +379,7 @@ def test_sigkill_of_a_joblib_sweep_takes_its_workers_and_the_rerun_cleans_shm(
     from conftest import train as cli_train
     from test_signals import SWEEP, in_flight
 
-    from kernelzoo.records import interrupt, shm
+    from kernelzoo.training import interrupt, shm
 
     results = tmp_path / "results"
     args = [*SWEEP, "trainer.max_steps=20000", f"results_dir={results}", "launcher=local",
@@ -501,7 +503,7 @@ def test_a_plugin_failing_at_import_disables_only_itself(tmp_path, monkeypatch):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: three\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[kernelzoo.maps.base]\nbad = badmaps\nexiting = exitmaps\ncube = mymaps\n")
+        "[kernelzoo.feature_maps]\nbad = badmaps\nexiting = exitmaps\ncube = mymaps\n")
     monkeypatch.syspath_prepend(str(site))
     saved = dict(feature_maps.FEATURE_MAPS)
     monkeypatch.setattr(catalog, "PLUGIN_FAILURES", {})

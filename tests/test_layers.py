@@ -18,7 +18,7 @@ LAYER = {
     "kernelzoo.report": 4,  # the presentation: takes an Analysis
     "kernelzoo.train": 5, "kernelzoo.analyze": 5,
     "kernelzoo.sweep": 6,  # the front door of train's Hydra app
-    "kernelzoo.bench": 6,  # measures runs through the trainer's command (train.run)
+    "kernelzoo.bench": 6,  # measures runs through the trainer's command (training.job.run)
     "hydra_plugins.kernelzoo_sweeper": 6,
 }
 
@@ -69,6 +69,17 @@ def graph() -> dict[str, set[str]]:
 def test_every_module_belongs_to_a_layer():
     for name in graph():
         unit(name)
+
+
+# the modules at the top of the package: the commands alone (and the docs generator, until it
+# moves to scripts/); everything else lives in a package of its layer
+ENTRY_POINTS = {"kernelzoo.train", "kernelzoo.sweep", "kernelzoo.analyze", "kernelzoo.results_doc"}
+
+
+def test_only_the_entry_points_sit_at_the_top_of_the_package():
+    top = {name for name, path in modules().items()
+           if name.startswith("kernelzoo.") and path.parent == SRC / "kernelzoo"}
+    assert top <= ENTRY_POINTS, sorted(top - ENTRY_POINTS)
 
 
 def test_imports_point_downward():

@@ -183,11 +183,11 @@ def test_a_pack_is_checked_as_a_whole(monkeypatch):
 
 
 def test_the_trainer_checks_a_pack_before_it_trains(tmp_path, monkeypatch):
-    """train.run plans each run alone (plan), then the pack the sweeper formed as a whole."""
+    """job.run plans each run alone (plan), then the pack the sweeper formed as a whole."""
     from hydra import compose, initialize_config_dir
 
     from kernelzoo.config import CONF
-    from kernelzoo.train import run
+    from kernelzoo.training.job import run
     from kernelzoo.training.plan import plan
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -1,6 +1,7 @@
-"""Bring your own map: docs/own_map.md's folder (a package with the entry point, the map's YAML,
-an experiment of its own) built from the doc's blocks and swept by the doc's commands as written,
-and a map of the user's swept in a packaged experiment through ``hydra.searchpath``."""
+"""Bring your own map: docs/own_map.md's folder (a package with the entry point
+``kernelzoo.feature_maps``, the map's YAML, an experiment of its own) built from the doc's blocks
+and swept by the doc's commands as written, a map of the user's swept in a packaged experiment
+through ``hydra.searchpath``, and the former entry-point group still read."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DONE, PYTHON, REPO, run_cmd, smoke_args
+
+from kernelzoo.maps.base import ENTRY_POINTS, OLD_ENTRY_POINTS
 
 DOC = (REPO / "docs" / "own_map.md").read_text()
 # "`cube-map/<file>`<intro>:" then a fenced block: the file's text
@@ -66,7 +69,7 @@ def test_the_docs_walk_through_runs_as_written(tmp_path, cli_env):
     assert summary["feature_map_params"] == {"gain": 2.0} and summary["d_dot"] == 4
 
 
-def make_user_package(root):
+def make_user_package(root, group=ENTRY_POINTS):
     """What `pip install` of a package declaring the entry point leaves on sys.path."""
     site = root / "site"
     (site / "mymaps").mkdir(parents=True)
@@ -74,7 +77,7 @@ def make_user_package(root):
     info = site / "mymaps-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mymaps\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[kernelzoo.maps.base]\ncube = mymaps\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\ncube = mymaps\n")
     conf = root / "myconf" / "feature_map"
     conf.mkdir(parents=True)
     (conf / "cube.yaml").write_text(FILES["feature_map/cube.yaml"])
@@ -141,8 +144,9 @@ def own_maps(tmp_path, monkeypatch):
     restored afterwards); the run of one on a tiny task, in-process."""
     from conftest import TINY
 
-    from kernelzoo import config, train
+    from kernelzoo import config
     from kernelzoo.maps import base
+    from kernelzoo.training.job import run as run_job
 
     (tmp_path / "ownmaps.py").write_text(OWN_MAPS)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -159,7 +163,7 @@ def own_maps(tmp_path, monkeypatch):
         cfg = config.compose("config", [f"results_dir={tmp_path / 'results'}", *TINY,
                                         "trainer.max_steps=50", f"feature_map.name={name}"])
         with config.as_job(cfg) as job:
-            return train.run(job, echo=lambda line: None)
+            return run_job(job, echo=lambda line: None)
 
     return run
 
@@ -186,3 +190,17 @@ def test_a_map_of_another_width_or_missing_a_parameter_is_one_line(own_maps, nam
     with pytest.raises(UsageError) as err:
         own_maps(name)
     assert str(err.value) == line
+
+
+@pytest.mark.parametrize("group", [ENTRY_POINTS, OLD_ENTRY_POINTS])
+def test_a_users_map_is_found_under_the_group_and_its_former_name(tmp_path, cli_env, group):
+    """The entry-point group ``kernelzoo.feature_maps``; the former ``kernelzoo.maps.base`` is
+    still read, with one warning line."""
+    site, _ = make_user_package(tmp_path, group)
+    env = {**cli_env, "PYTHONPATH": f"{cli_env['PYTHONPATH']}:{site}"}
+    res = run_cmd([PYTHON, "-c", "from kernelzoo.maps.catalog import map_class; "
+                   "print(map_class('cube').__name__)"], env)
+    assert res.returncode == 0 and res.stdout.split() == ["Cube"], res.explain()
+    assert res.stderr.splitlines() == ([] if group == ENTRY_POINTS else [
+        "warning: feature map plugin 'cube' (mymaps) is registered under the deprecated "
+        "entry-point group 'kernelzoo.maps.base'; valid: 'kernelzoo.feature_maps'"])

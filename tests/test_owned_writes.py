@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, run_cmd, smoke_args, snapshot
 
-from kernelzoo.records import shm, store
+from kernelzoo.records import store
+from kernelzoo.training import shm
 
 # ------------------------------------------------------------------ planted links in hydra/
 

@@ -8,14 +8,14 @@ import torch
 from conftest import PYTHON, base_env, run_cmd, slow_but, smoke_args, sweep
 from hydra import compose, initialize_config_dir
 
-from hydra_plugins.kernelzoo_sweeper.packs import Point, packs
+from hydra_plugins.kernelzoo_sweeper.packs import Point, jobs
 from kernelzoo.records import store
-from kernelzoo.training import pack
+from kernelzoo.training import pack, packing
 from kernelzoo.maps.catalog import FEATURE_MAPS, build_feature_map
 from kernelzoo.config import CONF, Config
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
 from kernelzoo.core.task import RetrievalTask
-from kernelzoo.train import run
+from kernelzoo.training.job import run
 
 TINY = ["d_key=8", "logger=none", "trainer.max_steps=300", "trainer.eval_every=50",
         "trainer.eval_sequences=4", "trainer.patience=100", "trainer.progress=false"]
@@ -198,19 +198,19 @@ def test_a_compiled_step_that_agrees_is_kept_and_checked_once_per_shape(capsys):
 
 def test_packs_keep_padding_within_a_quarter_of_the_work():
     keys = [20, 40, 60, 80, 100, 400, 420, 440, 460, 480, 500, 520, 540, 560, 580, 600]
-    packs = pack.form(keys, lambda S: 8)
+    packs = packing.form(keys, lambda S: 8)
     assert sorted(i for p in packs for i in p) == list(range(len(keys)))
     for members in packs:
         sizes = [keys[i] for i in members]
         assert len(sizes) <= 8 and sizes == sorted(sizes, reverse=True)
-        work = sum(map(pack.step_cost, sizes))
-        assert 1 - work / (len(sizes) * pack.step_cost(max(sizes))) <= pack.PADDING_WASTE
+        work = sum(map(packing.step_cost, sizes))
+        assert 1 - work / (len(sizes) * packing.step_cost(max(sizes))) <= packing.PADDING_WASTE
     assert [keys[i] for i in packs[0]] == [600, 580, 560, 540, 520, 500, 480, 460]
-    assert pack.form([50] * 20, lambda S: 8) == [list(range(8)), list(range(8, 16)),
+    assert packing.form([50] * 20, lambda S: 8) == [list(range(8)), list(range(8, 16)),
                                                  list(range(16, 20))]
-    assert pack.form(keys, lambda S: 1) == [[i] for i in sorted(range(len(keys)),
+    assert packing.form(keys, lambda S: 1) == [[i] for i in sorted(range(len(keys)),
                                                                 key=lambda i: -keys[i])]
-    assert [len(p) for p in pack.form([20] * 4 + [300] * 4, lambda S: 1 if S > 100 else 8)] == \
+    assert [len(p) for p in packing.form([20] * 4 + [300] * 4, lambda S: 1 if S > 100 else 8)] == \
         [1, 1, 1, 1, 4]
 
 
@@ -240,7 +240,7 @@ def test_compiled_and_eager_steps_agree(tmp_path, capsys, rule):
     for every registered map (its conf defaults) and the fwm and FAVOR+ paths; on cuda where
     there is one (``scripts/gpu_check.sh``). fwm: its state (fwm.state, 16384 entries here) is
     left out of the compiled graph, so the step compiles in seconds, not never; so are FAVOR+'s
-    key scores (random_features._favor_key_scores), with the redrawn projections in the graph."""
+    key scores (Favor.key_scores, its ``eager``), with the redrawn projections in the graph."""
     point, member = {"sum": (["feature_map=dpfp", "n_keys=8"], (6, 2)),
                      "fwm": ([*CASES["fwm"], "n_keys=16"], (12, 2)),
                      "favor": ([*CASES["favor_redrawn"], "n_keys=8"], (6, 2))
@@ -259,23 +259,23 @@ def test_compiled_and_eager_steps_agree(tmp_path, capsys, rule):
 def test_compile_auto_is_for_cuda_and_bad_values_are_refused():
     assert pack.compiles("auto", torch.device("cuda")) and not pack.compiles("auto", torch.device("cpu"))
     assert pack.compiles("true", torch.device("cpu")) and not pack.compiles("false", torch.device("cuda"))
-    most = pack.most_runs("auto", "cpu", batch_size=32, d_key=64, replacement=False)
+    most = packing.most_runs("auto", "cpu", batch_size=32, d_key=64, replacement=False)
     assert [most(s) for s in (20, 50, 100, 300, 600)] == [8, 5, 2, 1, 1]  # keys within 2 MB
-    update = pack.most_runs("auto", "cpu", batch_size=32, d_key=64, replacement=True)
+    update = packing.most_runs("auto", "cpu", batch_size=32, d_key=64, replacement=True)
     assert update(50) == 2  # sequences of 2S
-    assert pack.most_runs("auto", "cuda", 32, 64, False)(600) == pack.AUTO_SIZE["cuda"]
-    assert pack.most_runs("3", "cpu", 32, 64, False)(600) == 3
+    assert packing.most_runs("auto", "cuda", 32, 64, False)(600) == packing.AUTO_SIZE["cuda"]
+    assert packing.most_runs("3", "cpu", 32, 64, False)(600) == 3
 
 
 def test_a_sweeps_packs_are_records_with_one_override_for_hydra():
-    """The sweeper packs its checked points (typed n_keys, seed, settings) into Pack records;
-    the one string a job gets is Pack.overrides, read back as the typed pack_members."""
+    """The sweeper packs its checked points (typed n_keys, seed, settings) into Job records;
+    the one string a job gets is Job.overrides, read back as the typed pack_members."""
     c = Config()
     c.trainer.pack = "3"
     points = [Point(("feature_map=elu", f"n_keys={n}", f"seed={s}"), n, s, c)
               for n in (20, 40, 60, 80) for s in (1, 2)]
     points.append(Point(("feature_map=dpfp", "n_keys=20"), 20, 1, c))
-    found = packs(points)
+    found = jobs(points)
     assert [p.runs for p in found] == [3, 3, 2, 1]  # at most trainer.pack, largest first
     assert sorted(pt.overrides for p in found for pt in p.points) == \
         sorted(pt.overrides for pt in points)

@@ -30,6 +30,7 @@ from kernelzoo import config
 from kernelzoo.records import store
 from kernelzoo.records.summary import STATUSES
 from kernelzoo import train as train_module
+from kernelzoo.training import job as train_job
 from kernelzoo.core.model import RetrievalModel
 from kernelzoo.training.pack import Pack
 
@@ -44,7 +45,7 @@ STEP_REASON = re.compile(
 # ================================================================== helpers
 
 def summary_of(ret):
-    """train.run returns (run_id, summary) for each run of the job; these jobs are one run."""
+    """job.run returns (run_id, summary) for each run of the job; these jobs are one run."""
     ((_, summary),) = ret
     return summary
 
@@ -56,7 +57,7 @@ def compose_cfg(results: Path, *overrides):
 
 def run_inprocess(results: Path, *overrides, echo=None):
     lines = []
-    ret = train_module.run(compose_cfg(results, *overrides), echo=echo or lines.append)
+    ret = train_job.run(compose_cfg(results, *overrides), echo=echo or lines.append)
     return summary_of(ret), lines
 
 
@@ -382,7 +383,7 @@ def test_bad_value_is_rejected_before_training(smoke_results, tmp_path, case):
     with pytest.raises(train_module.UsageError) as err:  # the command line's door, in process
         cfg = config.compose("config", [f"results_dir={results}", *TINY, *overrides])
         with config.as_job(cfg) as job:
-            train_module.run(job, echo=lambda line: None)
+            train_job.run(job, echo=lambda line: None)
     _check_message(f"error: {err.value}", names, SUITE_MAX_LINES)
     assert snapshot(runs_dir(results, "adhoc")) == before
     assert run_ids(results, "adhoc") == [rid]

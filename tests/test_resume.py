@@ -10,7 +10,8 @@ from test_pack import CASES, composed
 
 from kernelzoo.records import store
 from kernelzoo.training import checkpoint
-from kernelzoo.train import run
+from kernelzoo.records.rundir import RunDir
+from kernelzoo.training.job import run
 from kernelzoo.training.plan import plan
 
 TINY = ["d_key=8", "logger=none", "trainer.max_steps=300", "trainer.eval_every=50",
@@ -126,15 +127,15 @@ def test_a_checkpoint_that_cannot_be_used_restarts_the_run_and_says_why(tmp_path
 
 def test_a_checkpoint_of_another_device_or_configuration_is_not_used(tmp_path):
     p = plan(composed("feature_map=elu", "n_keys=6", "trainer.device=cpu"))
-    checkpoint.write(tmp_path, {"identity": checkpoint.key(p.identity), "device": "cuda:0",
+    checkpoint.write(RunDir(tmp_path), {"identity": checkpoint.key(p.identity), "device": "cuda:0",
                                 "step": 50})
     (tmp_path / "curve.csv").write_text("step\n")
-    saved, why = checkpoint.read(tmp_path, p, lambda: None)
+    saved, why = checkpoint.read(RunDir(tmp_path), p, lambda: None)
     assert saved is None and why == "its checkpoint.pt was written on cuda:0, this run trains on cpu"
-    other = replace(p, identity={**p.identity, "n_keys": 7})
-    saved, why = checkpoint.read(tmp_path, other, lambda: None)
+    other = replace(p, identity=replace(p.identity, n_keys=7))
+    saved, why = checkpoint.read(RunDir(tmp_path), other, lambda: None)
     assert saved is None and why == "its checkpoint.pt is of another configuration"
-    assert checkpoint.read(tmp_path / "none", p, lambda: None) == (None, None)
+    assert checkpoint.read(RunDir(tmp_path / "none"), p, lambda: None) == (None, None)
 
 
 def test_resume_false_starts_over_and_dry_run_names_the_checkpoint(tmp_path, monkeypatch):

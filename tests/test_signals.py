@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, _group_alive, json_file, train
 
-from kernelzoo.records import interrupt, store
+from kernelzoo.records import store
+from kernelzoo.training import interrupt
 
 SWEEP = ["--multirun", "experiment=sig", "trainer=smoke", "logger=none", "trainer.threads=1",
          "d_key=4", "feature_map=elu", "n_keys=3,4",
@@ -224,7 +225,7 @@ def test_an_interrupted_slurm_sweep_cancels_the_jobs_it_submitted(tmp_path, monk
     import os
     import time
 
-    from kernelzoo.records import interrupt
+    from kernelzoo.training import interrupt
 
     folder = tmp_path / "slurm"
     for name in ("4211_0", "4211_1", "4212_0", "977_3"):

@@ -20,6 +20,7 @@ from synthetic import write_run
 
 from hydra_plugins.kernelzoo_sweeper import stall_checks
 from kernelzoo import config, train
+from kernelzoo.training import job
 from kernelzoo.training import plan as planning
 from kernelzoo.records import store
 from kernelzoo.analysis.runs import load_runs
@@ -51,7 +52,7 @@ def test_committed_runs_keep_their_run_ids():
         raw = yaml.safe_load((run / "config.yaml").read_text())
         cfg = OmegaConf.merge(OmegaConf.structured(Config), raw)
         p = planning.plan(cfg)
-        assert "stall_check_of" not in p.identity
+        assert "stall_check_of" not in p.identity.as_dict()
         assert planning.locate(cfg, p.identity)[0] == run.name
         checked += 1
     assert checked >= 6
@@ -60,15 +61,14 @@ def test_committed_runs_keep_their_run_ids():
 def test_a_check_has_its_own_run_id_and_says_whose_check_it_is():
     base = ("feature_map=dpfp", "feature_map.nu=2", "n_keys=260")
     p = planning.plan(composed(*base))
-    rid = store.run_id(p.identity, {"nu": 2})
+    rid = store.run_id(p.identity.as_dict(), {"nu": 2})
     q = planning.plan(composed(*base, f"stall_check_of={rid}"))
-    assert q.identity == {**p.identity, "stall_check_of": rid}
-    check = store.run_id(q.identity, {"nu": 2})
+    assert q.identity.as_dict() == {**p.identity.as_dict(), "stall_check_of": rid}
+    check = store.run_id(q.identity.as_dict(), {"nu": 2})
+    assert q.identity.run_id == check and p.identity.run_id == rid
     assert check.startswith("dpfp-nu2-dkey64-S260-sum-seed1-check-") and check != rid
-    assert planning.summary_of("adhoc", q.identity, check,
-                               status="converged")["stall_check_of"] == rid
-    assert planning.summary_of("adhoc", p.identity, rid,
-                               status="converged")["stall_check_of"] is None
+    assert q.identity.summary("adhoc", status="converged")["stall_check_of"] == rid
+    assert p.identity.summary("adhoc", status="converged")["stall_check_of"] is None
     # stall_check (what the sweeper does) is no part of a run's identity
     assert planning.plan(composed(*base, "stall_check=true")).identity == p.identity
 
@@ -139,7 +139,7 @@ def test_plan_checks_each_stalled_run_of_the_sweep_once(tmp_path):
     points = {rid: [f"n_keys={rid.split('-S')[1].split('-')[0]}", "feature_map=elu",
                     "trainer.patience=10", "+experiments=x"] for rid in (stalled, before)}
     points["check-of-before"] = ["stall_check_of=" + before]
-    found = stall_checks.plan(exp, points, threshold=0.01)
+    found = stall_checks.find(exp, points, threshold=0.01)
     assert found.record() == {"stalled": 2, "checked_before": 1, "launched": 1,
                               "not_in_sweep": 1, "uncheckable": 0}
     (c,) = found.checks
@@ -149,11 +149,11 @@ def test_plan_checks_each_stalled_run_of_the_sweep_once(tmp_path):
     assert c.line == (f"stall check of {stalled} (plateau at step 500, 1 key of 40 never "
                       "learned): trainer.patience=30 trainer.max_steps=2000")
     # at a threshold where nothing of the configuration passes there is no stall
-    assert stall_checks.plan(exp, points, threshold=0.0001).record()["stalled"] == 0
+    assert stall_checks.find(exp, points, threshold=0.0001).record()["stalled"] == 0
     # a stalled run without its stopping rule in config.yaml is named, not checked
     for config in ("n_keys: 40\n", TRAINER.replace("patience: 10", "patience: -10")):
         (exp / "runs" / stalled / "config.yaml").write_text(config)  # a negative patience
-        found = stall_checks.plan(exp, points, threshold=0.01)  # ended the sweep, unrecorded
+        found = stall_checks.find(exp, points, threshold=0.01)  # ended the sweep, unrecorded
         assert not found.checks and found.unchecked == [
             f"{stalled}: its config.yaml gives no trainer.patience and trainer.max_steps "
             "(integers >= 1)"]
@@ -214,9 +214,9 @@ def test_a_check_replays_the_stalled_run_then_goes_on(tmp_path):
     point = ["feature_map=dpfp", "d_key=4", "n_keys=6", "logger=none", "trainer=smoke",
              "trainer.threads=1", "trainer.progress=false", f"results_dir={tmp_path}",
              "trainer.eval_every=10", "trainer.patience=1", "trainer.max_steps=80"]
-    ((rid, first),) = train.run(composed(*point), echo=lambda line: None)
+    ((rid, first),) = job.run(composed(*point), echo=lambda line: None)
     assert first["status"] == "plateau" and first["steps"] < 80, first
-    ((check, second),) = train.run(composed(*stall_checks.check_point(point, 1, 80, rid)),
+    ((check, second),) = job.run(composed(*stall_checks.check_point(point, 1, 80, rid)),
                                    echo=lambda line: None)
     assert check != rid and second["stall_check_of"] == rid
     home = tmp_path / "adhoc" / "runs"

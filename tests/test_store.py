@@ -24,7 +24,7 @@ from conftest import (PYTHON, TINY, analyze, json_file, once_per_session, run_cm
 from synthetic import write_run, write_series
 
 from kernelzoo.records import files, store
-from kernelzoo import train as train_module
+from kernelzoo.training import job
 from kernelzoo.analysis.runs import load_runs
 
 GRID = [20, 40, 60, 80, 100, 120]
@@ -270,26 +270,26 @@ def _composed(results, *overrides):
 
 def test_force_keeps_the_finished_run_until_the_new_one_is_complete(tmp_path, monkeypatch):
     results = tmp_path / "results"
-    ((rid, first),) = train_module.run(_composed(results), echo=lambda line: None)
+    ((rid, first),) = job.run(_composed(results), echo=lambda line: None)
     path = runs_dir(results, "adhoc") / rid
     finished = {k: v for k, v in snapshot(path).items() if k != ".claim"}
 
-    def crash(members, done):
-        where = members[0].path
+    def crash(members):
+        where = members[0].run.path
         assert where != path and where.parent == path.parent and where.name.startswith(".")
         assert {k: v for k, v in snapshot(path).items() if k != ".claim"} == finished
         raise RuntimeError("killed mid-training")
 
-    monkeypatch.setattr(train_module, "fit", crash)
+    monkeypatch.setattr(job, "fit", crash)
     with pytest.raises(RuntimeError):
-        train_module.run(_composed(results, "force=true"), echo=lambda line: None)
+        job.run(_composed(results, "force=true"), echo=lambda line: None)
     assert {k: v for k, v in snapshot(path).items() if k != ".claim"} == finished
     runs, missing, damaged = load_runs(results / "adhoc")
     assert list(runs["run_id"]) == [rid] and not missing and not damaged
     monkeypatch.undo()
 
     lines = []
-    ((rid2, second),) = train_module.run(_composed(results, "force=true"), echo=lines.append)
+    ((rid2, second),) = job.run(_composed(results, "force=true"), echo=lines.append)
     assert rid2 == rid and store.read_summary(path) == second  # the rerun's summary, in place
     assert any(line.startswith(f"done {rid}") for line in lines)  # trained again, not skipped
     assert sorted(p.name for p in path.parent.iterdir()) == [rid]

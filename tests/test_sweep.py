@@ -230,7 +230,8 @@ def test_a_dry_run_lists_a_slurm_array_without_slurm(tmp_path, cli_env):
 @pytest.mark.skipif(ANALYZE_MISSING, reason="src/kernelzoo/analyze.py does not exist yet")
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_sweep_smoke(smoke_results, tmp_path):
-    """``make sweep EXPERIMENT=smoke``: the sweep, then its analysis (report.md, capacity.csv).
+    """``make sweep EXPERIMENT=smoke``: the sweep, then its analysis (report.md, capacity.csv);
+    made again, with every point done, it analyses nothing (``records.analysed``).
 
     Runs on a copy of the session's finished smoke store (the sweep part is the same command
     tested above, so it only skips here); ``-o .venv/.installed`` keeps make from reinstalling
@@ -252,6 +253,11 @@ def test_make_sweep_smoke(smoke_results, tmp_path):
         rows = list(csv.DictReader(f))
     assert rows and {"feature_map", "observed_capacity", "outcome"} <= set(rows[0])
     assert {r["feature_map"] for r in rows} == {"elu", "dpfp"}
+    analysed = (exp / "report.md").stat().st_mtime_ns
+    again = run_cmd(args, smoke_results.env, timeout=400)  # every point done: no analysis
+    assert again.returncode == 0, again.explain()
+    assert f"the analysis of {exp} is up to date" in again.stdout, again.explain()
+    assert (exp / "report.md").stat().st_mtime_ns == analysed
 
 
 README_SEARCH = re.compile(r'^\s+make sweep EXPERIMENT=(\w+) ARGS="([^"]*search=bisect[^"]*)"$', re.M)

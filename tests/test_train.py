@@ -17,14 +17,14 @@ from omegaconf import OmegaConf
 from kernelzoo.records import store, tracking
 from kernelzoo.records import summary as schema
 from kernelzoo.training import runner
-from kernelzoo import train as train_module
 from kernelzoo.maps.catalog import build_feature_map
 from kernelzoo import config
 from kernelzoo.config import CONF, Config
 from kernelzoo.core.model import RetrievalModel
 from kernelzoo.training.pack import Pack
 from kernelzoo.core.task import RetrievalTask
-from kernelzoo.train import run
+from kernelzoo.records.rundir import RunDir
+from kernelzoo.training.job import run
 from kernelzoo.training.plan import Infeasible, locate, plan, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ def test_run_id_depends_on_the_experiment_not_on_logging_or_threads():
            ("trainer.flush_denormal=false",)]
     for extra in [(), *how, ("seed=2",), ("trainer.lr=0.01",), ("feature_map.nu=3",)]:
         p = plan(composed(*base, *extra))
-        ids[extra] = store.run_id(p.identity, {"nu": p.phi.params["nu"]})
+        ids[extra] = store.run_id(p.identity.as_dict(), {"nu": p.phi.params["nu"]})
     same = {ids[()], *(ids[extra] for extra in how)}
     assert len(same) == 1
     assert ids[()].startswith("dpfp-nu2-dkey64-S260-sum-seed1-")
@@ -245,11 +245,24 @@ def test_committed_runs_keep_their_run_ids():
     assert (ROOT / "results/reference/dot_scaling/runs/dpfp-dkey32-S4-sum-seed1-3f2cf939").is_dir()
 
 
+
+@pytest.mark.slow
+def test_every_committed_run_keeps_its_run_id():
+    """Every run of every reference store with a config.yaml plans to its directory name."""
+    wrong, count = [], 0
+    torch.set_num_threads(1)
+    for file in sorted((ROOT / "results" / "reference").glob("*/runs/*/config.yaml")):
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), yaml.safe_load(file.read_text()))
+        count += 1
+        if locate(cfg, resolve(cfg).identity)[0] != file.parent.name:
+            wrong.append(str(file.parent.relative_to(ROOT)))
+    assert count > 3000 and not wrong, wrong[:5]
+
 def test_d_dot_resolves_the_feature_map_parameters():
     p = plan(composed("feature_map=dpfp", "d_dot=384"))
-    assert p.phi.params["nu"] == 3 and p.identity["d_dot"] == 384
+    assert p.phi.params["nu"] == 3 and p.identity.d_dot == 384
     p = plan(composed("feature_map=elu", "d_dot=32"))
-    assert p.phi.d_key == 32 and p.identity["d_key"] == 32
+    assert p.phi.d_key == 32 and p.identity.d_key == 32
 
 
 def test_wandb_mode_follows_env_then_login_then_offline(tmp_path, monkeypatch):
@@ -272,7 +285,7 @@ def a_summary(**fields) -> dict:
 
 def test_store_summary_is_json_and_rejects_corruption(tmp_path):
     summary = a_summary(final_eval_loss=float("nan"), best_eval_loss=float("inf"))
-    store.write_summary(tmp_path, summary)
+    RunDir(tmp_path).write_summary(summary)
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["final_eval_loss"] is None and data["best_eval_loss"] == "inf"
     (tmp_path / "summary.json").write_text('{"status": "conv')
@@ -291,7 +304,7 @@ def test_one_summary_schema_for_writers_and_readers(tmp_path):
     with pytest.raises(ValueError, match="lacks status"):
         schema.new(**{k: v for k, v in summary.items() if k != "status"})
     with pytest.raises(ValueError, match="steps is 1.5, not an integer"):
-        store.write_summary(tmp_path, a_summary(steps=1.5))
+        RunDir(tmp_path).write_summary(a_summary(steps=1.5))
     assert not (tmp_path / "summary.json").exists()
     older = {k: v for k, v in summary.items() if k not in ("resumes", "stall_check_of")}
     (tmp_path / "summary.json").write_text(json.dumps({**older, "extra": [1]}))
@@ -307,13 +320,13 @@ def test_one_summary_schema_for_writers_and_readers(tmp_path):
 
 def test_committed_summaries_are_what_the_schema_writes(tmp_path):
     """A committed summary of a trained run with resumes (the newest committed) is byte for
-    byte what ``write_summary`` makes of it, but for stall_check_of (null in every committed
+    byte what ``RunDir.write_summary`` makes of it, but for stall_check_of (null in every committed
     run; absent from the older ones): the writers' fields and their order are the schema's."""
     full = [f for f in sorted((ROOT / "results" / "reference").glob("*/runs/*/summary.json"))
             if '"resumes"' in f.read_text()][::10]
     assert len(full) > 10
     for f in full:
-        store.write_summary(tmp_path, schema.new(**store.read_summary(f.parent)))
+        RunDir(tmp_path).write_summary(schema.new(**store.read_summary(f.parent)))
         written, committed = ((path / "summary.json").read_text().replace(
             '  "stall_check_of": null,\n', "") for path in (tmp_path, f.parent))
         assert written == committed, f

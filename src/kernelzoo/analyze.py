@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from kernelzoo import config
 from kernelzoo.analysis.pipeline import analyse
 from kernelzoo.config.hydra_internals import args_parser
-from kernelzoo.records import interrupt
+from kernelzoo.training import interrupt
 from kernelzoo.records.files import one_line
 from kernelzoo.records.store import experiment_dir
 from kernelzoo.report import dashboard, outputs

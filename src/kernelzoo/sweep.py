@@ -9,8 +9,8 @@ is not the packaged one), listing the valid names if neither has it, starts
 folder's parent on Hydra's search path, so config groups beside the folder, e.g. a
 ``feature_map/`` of the user's maps, are found too), and once the sweep has
 ended, analyses the experiment that ran (``kernelzoo.analyze``): the name the composed config
-gives it, so an ``experiment=<another name>`` among the overrides is the one analysed. A dry run,
-or ``--no-analysis``, analyses nothing. Rerunning a sweep trains only what is missing.
+gives it, so an ``experiment=<another name>`` among the overrides is the one analysed, unless no
+run changed since its last analysis. A dry run, or ``--no-analysis``, analyses nothing. Rerunning a sweep trains only what is missing.
 
 A sweep may also be defined by overrides alone, ``kernelzoo-sweep experiment=<name> <overrides>``
 (``ask``): no experiment file, the published protocol (``trainer=paper``) unless the overrides
@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 
 from kernelzoo import config
 from kernelzoo.config import EXPERIMENTS
+from kernelzoo.records import analysed
 
 NO_ANALYSIS = "--no-analysis"
 SHOWS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help")
@@ -144,10 +145,19 @@ def composed(overrides: list[str]) -> Ran:
 
 
 def analyse(ran: Ran) -> int:
-    """``python -m kernelzoo.analyze`` on the experiment that ran; its exit code."""
-    return subprocess.call([sys.executable, "-m", "kernelzoo.analyze",
-                            f"experiment={ran.experiment}", f"results_dir={ran.results_dir}",
-                            *ran.logger])
+    """``python -m kernelzoo.analyze`` on the experiment that ran, unless no run changed since
+    its last analysis with these arguments (``records.analysed``: a rerun that trained nothing
+    costs nothing); its exit code."""
+    arguments = [f"experiment={ran.experiment}", f"results_dir={ran.results_dir}", *ran.logger]
+    exp_dir = Path(ran.results_dir) / ran.experiment
+    if analysed.up_to_date(exp_dir, arguments):
+        print(f"the analysis of {exp_dir} is up to date: no run changed since (make plots "
+              "re-analyses)")
+        return 0
+    code = subprocess.call([sys.executable, "-m", "kernelzoo.analyze", *arguments])
+    if code == 0:
+        analysed.mark(exp_dir, arguments)
+    return code
 
 
 def main(argv: list[str] | None = None) -> None:

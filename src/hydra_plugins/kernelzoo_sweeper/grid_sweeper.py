@@ -14,14 +14,15 @@ With ``stall_check=true``, the sweep's stalled runs are then retrained with a lo
 
 Before anything is written, every point not known finished is composed and checked
 (``points.py``): a bad value anywhere ends the sweep with one line. Points that differ only in
-n_keys and seed are launched as one job, a pack (``packs.py``). SIGTERM, SIGINT or SIGHUP
+n_keys and seed are launched as one job, a pack (``packs.py``: ``Job``). SIGTERM, SIGINT or SIGHUP
 stops the workers and records the interruption, and a SIGKILL takes the workers with it
-(``kernelzoo.records.interrupt``). After the launch it prints one
+(``kernelzoo.training.interrupt``). After the launch it prints one
 line of totals and appends this invocation to ``<results_dir>/<experiment>/sweep.json``
 (points, outcomes, wall seconds, and ``interrupted`` with the signal when it was stopped).
 """
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -37,19 +38,29 @@ from omegaconf import OmegaConf
 
 from kernelzoo import config
 from kernelzoo.config.hydra_internals import sweeper_base
-from kernelzoo.records import files, history, interrupt, progress, shm, store, tracking
+from kernelzoo.records import files, history, progress, store, tracking
+from kernelzoo.training import interrupt, shm
 from kernelzoo.config.words import plural
 
-from .packs import Point, packs
+from .packs import Point, jobs
 from .points import check_launcher, check_points, fail, override_key
 
 
-def machine() -> str:
-    """CPU model, cores and torch version of the machine running the sweep, for the report."""
-    import torch
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")  # CUDA's and ROCm's: torch sees no GPU without one
 
-    gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{history.cpu_model()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
+
+def machine() -> str:
+    """CPU model, cores, GPU and torch version of the machine running the sweep, for the
+    report. torch is loaded to name the GPU only where one may be: a sweep whose every point
+    is done loads none."""
+    if "torch" in sys.modules or any(map(os.path.exists, GPU_DEVICES)):
+        import torch
+
+        gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+        version = torch.__version__
+    else:
+        gpu, version = "", importlib.metadata.version("torch")
+    return f"{history.cpu_model()}, {os.cpu_count()} cores{gpu}, torch {version}"
 
 
 def batch_size(max_batch_size: int | None, launcher) -> int | None:
@@ -252,24 +263,24 @@ class GridSweeper(sweeper_base()):
         return ", ".join(f"{k} {self.outcomes[k]}" for k in OUTCOMES if self.outcomes[k])
 
     def launch(self, points: list[Point], label: str = "") -> list:
-        """Run ``points`` through the launcher, packed (``packs.packs``), in batches of
+        """Run ``points`` through the launcher, packed (``packs.jobs``), in batches of
         max_batch_size jobs; count outcomes (in a batch a signal stopped, the jobs that ended
         before it, as the store's index has them: a pack still in flight counts none of its runs,
         not even those that had left it). Each run prints a progress line (k/N, elapsed, ETA)
         when its job ends (``progress.py``)."""
         if points and not self.config.dry_run:
-            from kernelzoo.training.pack import step_cost
+            from kernelzoo.training.packing import step_cost
 
             progress.start(self.config.hydra.sweep.dir, len(points), label,
                            sum(step_cost(p.n_keys) for p in points))
         returns, self.batch_index = [], 0
-        packed = packs(points)
-        self.jobs = {tuple(p.overrides()): p for p in packed}  # a job's overrides: its pack
-        jobs = [p.overrides() for p in packed]
+        packed = jobs(points)
+        self.jobs = {tuple(j.overrides()): j for j in packed}  # a job's overrides: the job
+        overrides = [j.overrides() for j in packed]
         batch = batch_size(self.max_batch_size, self.config.hydra.launcher)
-        self.overrides = list(self.split_overrides_to_chunks(jobs, batch)) if jobs else []
+        self.overrides = list(self.split_overrides_to_chunks(overrides, batch)) if overrides else []
         if self.config.dry_run and self.config.hydra.launcher._target_.endswith(".SlurmLauncher"):
-            print(slurm_array(self.config, jobs, label))  # submits nothing
+            print(slurm_array(self.config, overrides, label))  # submits nothing
             return returns
         while not self.is_done():
             batch = self.get_job_batch()

@@ -1,11 +1,12 @@
-"""The sweeper's jobs as records: the points to launch (``Point``), the packs they form (``Pack``).
+"""The sweeper's jobs as records: the points to launch (``Point``), the jobs they form (``Job``).
 
 A ``Point`` holds its overrides, the strings Hydra's launcher takes, beside the typed values
 packing reads, from the checked config its check composed (``points.check_points``): n_keys,
 seed and the settings that size a pack. Points that differ only in n_keys and seed are trained
-as one job, a ``Pack`` (``kernelzoo.training.pack``): the leader's overrides plus
-``pack_members=[[n_keys, seed], ...]`` of the others (``Pack.overrides``), which the job reads
-back as Hydra's typed config (``Config.pack_members``) and trains beside the leader.
+as one ``Job``, a pack (``kernelzoo.training.packing``): the leader's overrides plus
+``pack_members=[[n_keys, seed], ...]`` of the others (``Job.overrides``), which the job reads
+back as Hydra's typed config (``Config.pack_members``) and trains beside the leader
+(``kernelzoo.training.job``).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Pack:
-    """Points trained as one job: the leader first, then the members trained beside it."""
+class Job:
+    """Points trained as one job (a pack): the leader first, then the members trained beside it."""
 
     points: tuple[Point, ...]
 
@@ -67,25 +68,25 @@ class Pack:
 
 
 def most_runs(c: Config) -> Callable[[int], int]:
-    """``kernelzoo.training.pack.most_runs`` for the points of the checked config ``c``
+    """``kernelzoo.training.packing.most_runs`` for the points of the checked config ``c``
     (trainer.pack, trainer.device, trainer.batch_size, the d_key given, task.replacement)."""
-    from kernelzoo.training import pack
+    from kernelzoo.training import packing
 
     tr = c.trainer
-    return pack.most_runs(tr.pack, tr.device, tr.batch_size, c.d_key, c.task.replacement)
+    return packing.most_runs(tr.pack, tr.device, tr.batch_size, c.d_key, c.task.replacement)
 
 
-def packs(points: list[Point]) -> list[Pack]:
+def jobs(points: list[Point]) -> list[Job]:
     """One pack per job: points whose overrides agree but for n_keys and seed, grouped by
-    ``kernelzoo.training.pack.form`` up to ``most_runs`` of their settings; the packs with the
+    ``kernelzoo.training.packing.form`` up to ``most_runs`` of their settings; the packs with the
     largest leader n_keys first."""
-    from kernelzoo.training import pack
+    from kernelzoo.training import packing
 
     groups: dict[tuple, list[Point]] = {}
     for point in points:
         rest = tuple(o for o in point.overrides if override_key(o) not in VARY)
         groups.setdefault(rest, []).append(point)
-    found = [Pack(tuple(group[i] for i in members))
+    found = [Job(tuple(group[i] for i in members))
              for group in groups.values()
-             for members in pack.form([p.n_keys for p in group], most_runs(group[0].config))]
+             for members in packing.form([p.n_keys for p in group], most_runs(group[0].config))]
     return sorted(found, key=lambda p: -p.leader.n_keys)

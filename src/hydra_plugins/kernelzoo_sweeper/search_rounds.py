@@ -30,6 +30,7 @@ import json
 import sys
 from collections import Counter
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
@@ -40,7 +41,13 @@ from kernelzoo.records import files, history, store
 
 from .packs import Point
 from .points import fail, override_key, override_value
-from ._search import VIEWS, Observation, Probe, make_spec, search_views
+
+if TYPE_CHECKING:  # imported where used: Hydra's plugin scan runs this module on every start,
+    # and the search (pandas, through the analysis' failure rule) or torch (a plan) are needed
+    # only once a search runs
+    from kernelzoo.training.plan import RunIdentity
+
+    from ._search import Observation, Probe
 
 NOT_SEARCHED = {"outcome": "not_searched"}  # the verdict of a view search.views leaves out
 
@@ -49,6 +56,8 @@ class Series:
     """One configuration and seed: its overrides (without n_keys), its spec, what it saw."""
 
     def __init__(self, overrides: tuple[str, ...], grid_keys: list[int]):
+        from ._search import VIEWS
+
         self.overrides, self.grid_keys = overrides, grid_keys
         # until planned: the overrides that choose the configuration (not how the search runs)
         self.key = " ".join(sorted(o for o in overrides if not o.startswith("search")))
@@ -66,16 +75,17 @@ class Series:
     def point(self, n_keys: int) -> list[str]:
         return [*self.overrides, f"n_keys={n_keys}"]
 
-    def identity_at(self, n_keys: int) -> dict:
+    def identity_at(self, n_keys: int) -> RunIdentity:
         """The run identity of the series' point at ``n_keys`` (``kernelzoo.training.plan``'s)."""
         task = self.task
         seq_len, eval_seq_len = config.sequence_lengths(n_keys, task.replacement, task.seq_len,
                                                         task.eval_seq_len)
-        return {**self.identity, "n_keys": n_keys,
-                "task": {**vars(task), "seq_len": seq_len, "eval_seq_len": eval_seq_len}}
+        return self.identity.at(n_keys, seq_len, eval_seq_len)
 
     def stop(self, outcome: str, reason: str | None = None) -> None:
         """End the search of this series: every view not located records why."""
+        from ._search import VIEWS
+
         why = {"outcome": outcome, **({"reason": reason} if reason else {})}
         self.verdicts = {v: why if outcome == "infeasible" else (self.verdicts[v] or why)
                          for v in VIEWS}
@@ -115,6 +125,8 @@ class SearchRounds:
         """The series' d_dot and spec, from the check of its first grid point."""
         from kernelzoo.training.plan import Infeasible
 
+        from ._search import make_spec
+
         if not series.grid_keys and None in (self.conf.min_keys, self.conf.max_keys):
             fail(f"search=bisect needs a range of n_keys for {series.key or 'the sweep'}: give "
                  "n_keys values in the grid (e.g. n_keys=20,600) or search.min_keys/max_keys")
@@ -123,7 +135,7 @@ class SearchRounds:
         if isinstance(p, Infeasible):  # no spec, one probe records it with why
             print(f"infeasible: {series.key}: {p.reason}")
             return
-        identity = {k: v for k, v in p.identity.items() if k != "n_keys"}
+        identity = {k: v for k, v in p.identity.as_dict().items() if k != "n_keys"}
         identity["task"] = {k: v for k, v in identity["task"].items()
                             if k not in ("seq_len", "eval_seq_len")}  # these follow n_keys
         digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode())
@@ -223,6 +235,8 @@ class SearchRounds:
         return last
 
     def _next(self, series: Series) -> list[Probe]:
+        from ._search import VIEWS, Probe, search_views
+
         if series.spec is None:  # infeasible: its one probe records why
             n = series.grid_keys[0] if series.grid_keys else self.conf.min_keys
             if series.probes:
@@ -246,16 +260,18 @@ class SearchRounds:
         if series.identity is not None:
             from kernelzoo.training.plan import locate
 
-            _, path = locate(self.config, series.identity_at(n_keys))
-            if store.is_done(path):
+            _, run = locate(self.config, series.identity_at(n_keys))
+            if run.is_done():
                 try:
-                    return store.read_summary(path)
+                    return run.read_summary()
                 except store.StoreError:
                     pass  # the index, or the job, says what is wrong with it
         return self.sweeper.indexed(series.point(n_keys))
 
     def _read(self, series: Series, n_keys: int) -> bool:
         """Fold a finished probe into its series; False if the store has no result for it."""
+        from ._search import Observation
+
         summary = self._summary(series, n_keys)
         if summary is None:
             return False

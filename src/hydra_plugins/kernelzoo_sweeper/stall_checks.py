@@ -56,8 +56,8 @@ class Check:
 
 
 @dataclass
-class Plan:
-    """What ``plan`` found: the checks to launch and the counts sweep.json records."""
+class Found:
+    """What ``find`` found: the checks to launch and the counts sweep.json records."""
 
     checks: list[Check] = field(default_factory=list)
     stalled: int = 0          # stalled runs among the sweep's points
@@ -85,13 +85,13 @@ def _setting(run_dir: Path, key: str) -> int | None:
         else None  # be a bad value, ending the whole sweep
 
 
-def plan(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Plan:
+def find(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Found:
     """The checks of the stalled runs of ``points`` ({run_id: the sweep point that made it}),
     by the stall rule at ``threshold`` over the store's runs but its checks."""
     from kernelzoo.analysis.runs import load_runs
     from kernelzoo.analysis.stalls import stalled
 
-    found = Plan()
+    found = Found()
     runs_dir = Path(exp_dir) / "runs"
     if not runs_dir.is_dir():
         return found
@@ -127,7 +127,7 @@ def plan(exp_dir: Path, points: dict[str, list[str]], threshold: float) -> Plan:
 
 
 def run(sweeper, points: list[list[str]], known: dict[str, list[str]] | None = None) -> list:
-    """Plan, print and launch (one batch) the checks of the stalled runs of ``points``; the
+    """Find, print and launch (one batch) the checks of the stalled runs of ``points``; the
     counts are left in ``sweeper.stall_checks`` for sweep.json. ``known`` ({run_id: point}) are
     the points whose run the caller already knows (a search's probes record their run ids); the
     others are found through the store's index, which a committed store does not carry."""
@@ -139,7 +139,7 @@ def run(sweeper, points: list[list[str]], known: dict[str, list[str]] | None = N
             summary = sweeper.indexed([o for o in point if override_key(o) not in HOW])
         if summary is not None and summary.get("stall_check_of") is None:
             by_run.setdefault(summary["run_id"], point)
-    found = plan(store.experiment_dir(cfg.results_dir, cfg.experiment), by_run,
+    found = find(store.experiment_dir(cfg.results_dir, cfg.experiment), by_run,
                  cfg.search.threshold)
     sweeper.stall_checks = found.record()
     doing = "planning" if cfg.dry_run else "launching"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special, stats
 
-from kernelzoo.analysis.intervals import LEVEL, _order
+from kernelzoo.analysis.intervals import LEVEL, median_order
 
 MIN_POINTS = 3
 LOWER, UPPER = "never_fails", "fails_everywhere"  # outcomes that are bounds
@@ -88,7 +88,7 @@ def median(lo, hi) -> Median:
         return Median(math.nan, math.nan, math.nan, math.nan, math.nan, 0, 0)
     if n == 1:
         return Median(lo[0], hi[0], lo[0], hi[0], math.nan, 1, bounds)
-    k, level = _order(n)
+    k, level = median_order(n)
     return Median(float(np.median(lo)), float(np.median(hi)), float(lo[k - 1]),
                   float(hi[n - k]), level, n, bounds)
 

@@ -25,7 +25,7 @@ def order_level(n: int, k: int) -> float:
 
 
 @functools.cache
-def _order(n: int) -> tuple[int, float]:
+def median_order(n: int) -> tuple[int, float]:
     """(k, its level): the largest k whose interval keeps LEVEL, else 1."""
     k = max([k for k in range(1, n // 2 + 1) if order_level(n, k) >= LEVEL], default=1)
     return k, order_level(n, k)
@@ -39,7 +39,7 @@ def median_interval(values) -> tuple[float, float, float, float]:
         return math.nan, math.nan, math.nan, math.nan
     if n == 1:
         return float(x[0]), float(x[0]), float(x[0]), math.nan
-    k, level = _order(n)
+    k, level = median_order(n)
     return float(np.median(x)), float(x[k - 1]), float(x[n - k]), level
 
 
@@ -49,7 +49,7 @@ def describe(n: int) -> str:
     96.09%)"; "one seed: no interval" below 2."""
     if n < 2:
         return "one seed: no interval"
-    k, level = _order(n)
+    k, level = median_order(n)
     span = "min-max" if k == 1 else f"[x_({k}), x_({n + 1 - k})]"
     return f"{span} of {n} seeds (order-statistic interval, {100 * level:.4g}%)"
 

@@ -94,7 +94,7 @@ def estimated(point: dict, results_dir: str = "results/local") -> dict:
 
 
 def estimate_row(point: dict) -> dict:
-    """A point trained briefly on the CPU through the trainer (``train.run``: 4 steps, an
+    """A point trained briefly on the CPU through the trainer (``job.run``: 4 steps, an
     evaluation and a checkpoint every 2, the final diagnostics) under torch.profiler with
     profile_memory, one thread: ``peak_mb``, the most bytes its tensors held at once (the CPU
     allocator's events summed in order: every tensor, deterministic), beside ``estimate_mb``
@@ -102,7 +102,7 @@ def estimate_row(point: dict) -> dict:
     run of its pack diverged: it then skips its evaluations)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from kernelzoo.train import run
+    from kernelzoo.training.job import run
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = _composed([*SHORT_RUN, f"results_dir={tmp}", "trainer.threads=1",

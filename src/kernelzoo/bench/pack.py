@@ -18,7 +18,8 @@ import torch
 
 from kernelzoo.maps.catalog import build_feature_map
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
-from kernelzoo.training.pack import Pack, most_runs
+from kernelzoo.training.pack import Pack
+from kernelzoo.training.packing import most_runs
 from kernelzoo.core.task import RetrievalTask
 
 MAPS = {"linear": ("elu", {}), "dpfp-2": ("dpfp", {"nu": 2})}
@@ -26,7 +27,7 @@ D_KEY, BATCH = 64, 32
 
 
 def auto_pack(n_keys: int) -> int:
-    """The pack size trainer.pack=auto chooses on the CPU for these rows (``pack.most_runs``)."""
+    """The pack size trainer.pack=auto chooses on the CPU for these rows (``packing.most_runs``)."""
     return most_runs("auto", "cpu", BATCH, D_KEY, False)(n_keys)
 
 

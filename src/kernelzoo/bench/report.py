@@ -65,7 +65,7 @@ def notes(rows: list[dict], eval_flop_ratio=None) -> list[str]:
     """What the table's numbers mean, each quoted from ``rows`` (eval_flop_ratio: as in
     ``targets``; without it the evaluation note is left out)."""
     from kernelzoo.core import memory
-    from kernelzoo.training import pack
+    from kernelzoo.training import packing
 
     train = [r for r in rows if r["case"] == "train_step"]
     out = ["Both sides use fused Adam (`ADAM`), as the training loop does on the CPU, so the "
@@ -97,12 +97,12 @@ def notes(rows: list[dict], eval_flop_ratio=None) -> list[str]:
                "elementwise work and overhead are not in the floor, so small rows sit far below "
                "100%.")
     if any(r["case"] == "packed" for r in rows):
-        runs = pack.most_runs("auto", "cpu", 32, 64, False)
+        runs = packing.most_runs("auto", "cpu", 32, 64, False)
         alone = next(s for s in range(1, 10_000) if runs(s) == 1)
         out.append("Rows with case `packed` (`bench_pack.py`): per run-step, a pack of `pack` runs "
                    "of one n_keys (eager, or compiled by torch.compile: `compile`, with its "
                    "first-step cost `compile_s`) against one run's eager step. On the CPU a pack "
-                   f"pays only while its keys fit in cache (`pack.most_runs`: {runs(20)} runs at "
+                   f"pays only while its keys fit in cache (`packing.most_runs`: {runs(20)} runs at "
                    f"n_keys 20, {runs(100)} at 100, none from {alone} at d_key 64); beyond that "
                    "every elementwise pass goes to memory. Compilation fuses those passes, but "
                    "its cost grows with the pack, is paid per new shape in every worker, and what "

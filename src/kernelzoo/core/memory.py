@@ -163,7 +163,7 @@ def _delta_read_direct(k, v, q, beta):
     return (beta.unsqueeze(-1) * x).transpose(-1, -2) @ v
 
 
-def _delta_direct_is_cheaper(L, Q, D, d_v, chunk_size):
+def delta_direct_is_cheaper(L, Q, D, d_v, chunk_size):
     """Multiply-adds of _delta_read_direct against the chunked state and its read."""
     C = min(chunk_size, L)
     return L * L * (D + Q) + L * Q * d_v <= L * (C * (D + d_v) + 2 * D * d_v) + Q * D * d_v
@@ -201,7 +201,7 @@ def read(phi_k, v, phi_q, *, update_rule="sum", normalisation="attention", beta=
     Q, d_v = q.shape[1], v.shape[-1]
     if update_rule == "sum" and L * Q * (D + d_v) <= D * d_v * (L + Q):
         y = (q @ k.transpose(1, 2)) @ v
-    elif update_rule == "delta" and _delta_direct_is_cheaper(L, Q, D, d_v, chunk_size):
+    elif update_rule == "delta" and delta_direct_is_cheaper(L, Q, D, d_v, chunk_size):
         y = _delta_read_direct(k, v, q, beta)
     else:
         if update_rule == "sum":

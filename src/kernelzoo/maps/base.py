@@ -117,6 +117,9 @@ class FeatureMap(nn.Module):
         return d_dot
 
     draws_per_chunk = False  # True: evaluation draws a projection per query chunk (random maps)
+    # the names of methods a compiled training step runs eagerly (a graph break; the rest of the
+    # step compiles): those whose Python loops, traced, would unroll (``pack.Pack.compile``)
+    eager: tuple[str, ...] = ()
 
     def maybe_redraw(self):
         """Called once per model forward, before phi is applied; deterministic maps do nothing."""
@@ -167,7 +170,7 @@ class Softmax(FeatureMap):
         return {"d_key": d_key, **params}
 
 
-class _Elementwise(FeatureMap):
+class Elementwise(FeatureMap):
     """phi(x) = fn(x) elementwise, so d_dot = d_key; reaching a d_dot means setting d_key = d_dot."""
 
     fn = None
@@ -185,7 +188,7 @@ class _Elementwise(FeatureMap):
         return {**params, "d_key": as_count(d_dot)}
 
 
-class Identity(_Elementwise):
+class Identity(Elementwise):
     """phi(x) = x: the plain fast weight programmer of §1.3."""
 
     name = "identity"
@@ -193,7 +196,7 @@ class Identity(_Elementwise):
     fn = staticmethod(lambda x: x)
 
 
-class Relu(_Elementwise):
+class Relu(Elementwise):
     """phi(x) = max(0, x)."""
 
     name, positive = "relu", True
@@ -201,7 +204,7 @@ class Relu(_Elementwise):
     fn = staticmethod(torch.relu)
 
 
-class Elu(_Elementwise):
+class Elu(Elementwise):
     """phi(x) = elu(x) + 1 ("Linear" in Figure 2; the running example of the introduction).
     Eager steps take _EluPlusOne; a compiled step (trainer.compile) takes the plain
     ``F.elu(x) + 1``, which the compiler differentiates itself: compiled on cuda, the custom
@@ -230,7 +233,7 @@ class _EluPlusOne(torch.autograd.Function):
         return grad * out.clamp(max=1)
 
 
-class Tanh(_Elementwise):
+class Tanh(Elementwise):
     """phi(x) = tanh(x) (paired with the fwm update rule in Figure 3)."""
 
     name = "tanh"
@@ -345,14 +348,15 @@ def batch_slices(x, widen=2, elements=None):
 # ------------------------------------------------------------------------------------ registry
 
 FEATURE_MAPS = {}
-ENTRY_POINTS = "kernelzoo.maps.base"  # where installed packages register their own maps
+ENTRY_POINTS = "kernelzoo.feature_maps"  # where installed packages register their own maps
+OLD_ENTRY_POINTS = "kernelzoo.maps.base"  # its former name (a module path), still read
 
 
 def register(cls):
     """Class decorator: add a FeatureMap subclass to the registry under its ``name``. The
     catalog registers the built-in maps this way, and a user's own maps register themselves; a
     user's package makes its module (or class) an entry point of the group
-    ``kernelzoo.maps.base`` so that the catalog imports it when a config names a map it does
+    ``kernelzoo.feature_maps`` so that the catalog imports it when a config names a map it does
     not know."""
     require(isinstance(cls, type) and issubclass(cls, FeatureMap) and cls.name,
              f"register: {cls!r} is not a FeatureMap subclass with a name")

@@ -9,14 +9,15 @@ registers the built-in ones in the order of the registry's "valid:" lists.
 """
 
 import inspect
+import sys
 
 import torch
 
 from kernelzoo.maps import zoo
 from kernelzoo.maps.dpfp import DPFP
-from kernelzoo.maps.base import (ENTRY_POINTS, FEATURE_MAPS, ConfigError, Elu, FeatureMap, Identity,
-                           InfeasibleError, Relu, Softmax, Tanh, Taylor, is_count, register,
-                           require)
+from kernelzoo.maps.base import (ENTRY_POINTS, FEATURE_MAPS, OLD_ENTRY_POINTS, ConfigError, Elu,
+                                 FeatureMap, Identity, InfeasibleError, Relu, Softmax, Tanh,
+                                 Taylor, is_count, register, require)
 from kernelzoo.maps.random_features import Favor, Trig
 
 BUILT_IN = (Softmax, Identity, Relu, Elu, Tanh, DPFP, Favor, Trig, Taylor, zoo.SquaredRelu,
@@ -34,14 +35,19 @@ _LOADED: set[str] = set()
 
 def _load_entry_points():
     """Import every entry point of ENTRY_POINTS not imported yet (a FeatureMap class is
-    registered; a module registers its own maps with @register on import). Each on its own: one
-    that raises, or calls sys.exit, on import is recorded in PLUGIN_FAILURES and the others
-    still load."""
+    registered; a module registers its own maps with @register on import), and of its former
+    name OLD_ENTRY_POINTS, with one warning line per package that still uses it. Each on its
+    own: one that raises, or calls sys.exit, on import is recorded in PLUGIN_FAILURES and the
+    others still load."""
     from importlib.metadata import entry_points
 
-    for ep in entry_points(group=ENTRY_POINTS):
+    for ep in [*entry_points(group=ENTRY_POINTS), *entry_points(group=OLD_ENTRY_POINTS)]:
         if ep.name in _LOADED or ep.name in PLUGIN_FAILURES:
             continue
+        if ep.group == OLD_ENTRY_POINTS:
+            print(f"warning: feature map plugin {ep.name!r} ({ep.value}) is registered under the "
+                  f"deprecated entry-point group {OLD_ENTRY_POINTS!r}; valid: {ENTRY_POINTS!r}",
+                  file=sys.stderr)
         try:
             loaded = ep.load()
             if isinstance(loaded, type) and issubclass(loaded, FeatureMap):

@@ -257,13 +257,14 @@ class Favor(_RandomFeatures):
         n_keys and m, and one pass each over them costs more than the exps."""
         if normalise:
             return super().scores(k, q, normalise, eps, key_eps)
-        return _favor_key_scores(k, self(q, is_query=True), self)
+        return self.key_scores(k, self(q, is_query=True))
 
+    eager = ("key_scores",)  # traced, its loop over batch slices unrolls, again per n_keys
 
-def _favor_key_scores(k, fq, phi):
-    """_FavorKeyScores, eager inside a compiled step (``pack.EAGER``): traced, its loop over
-    batch slices is unrolled and compiled again for each n_keys."""
-    return _FavorKeyScores.apply(k, fq, phi)
+    def key_scores(self, k, fq):
+        """_FavorKeyScores of keys ``k`` against query features ``fq``; eager inside a
+        compiled step (``eager``)."""
+        return _FavorKeyScores.apply(k, fq, self)
 
 
 def _exp(x):

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernelzoo.maps.base import FeatureMap, InfeasibleError, _Elementwise, as_count, derive, require
+from kernelzoo.maps.base import Elementwise, FeatureMap, InfeasibleError, as_count, derive, require
 
 
 def quadratic_features(u: torch.Tensor) -> torch.Tensor:
@@ -54,7 +54,7 @@ def _triangle_root(total) -> int | None:
 # ------------------------------------------------------------------------------ elementwise
 
 
-class SquaredRelu(_Elementwise):
+class SquaredRelu(Elementwise):
     """phi(x) = relu(x)^2 elementwise (the squared ReLU of Primer, So et al. 2021, used as a
     linear-attention map in recall benchmarks): d_dot = d_key."""
 
@@ -63,7 +63,7 @@ class SquaredRelu(_Elementwise):
     fn = staticmethod(lambda x: torch.relu(x).square())
 
 
-class Sigmoid(_Elementwise):
+class Sigmoid(Elementwise):
     """phi(x) = sigmoid(x) elementwise: d_dot = d_key."""
 
     name, positive = "sigmoid", True

@@ -1,2 +1,3 @@
-"""Records: the results store (run ids, summaries, claims), atomic and safe file access,
-wandb tracking, sweep progress and signal handling."""
+"""Records: the results store (run ids, the run directory and its one writer, summaries), atomic
+and safe file access, the sweep and search records, merging stores, wandb tracking, sweep
+progress and whether a store changed since its analysis."""

@@ -3,8 +3,8 @@
 The sweeper opens a batch (``start``: how many runs it launches, their work, when) in a small
 JSON file of its sweep directory; each job, when it ends, counts its runs in under a file lock
 (``finished``) and prints the last count, ``progress: k/N runs, elapsed 3.2 min, ETA 5.1 min``
-(a pack's runs advance k together). A run's work is
-its step cost (S + 64)^2 (``kernelzoo.training.pack.step_cost``), which the ETA weighs by. Jobs find
+(a pack's runs advance k together). A run's work is its step cost (S + 64)^2
+(``kernelzoo.training.packing.step_cost``), which the ETA weighs by. Jobs find
 the file through the sweep directory Hydra gives them, so joblib workers started earlier,
 submitit processes and the in-process basic launcher all count into one file.
 """

@@ -1,42 +1,30 @@
 """The local results store: one directory per run, independent of wandb.
 
-Layout: ``<results_dir>/<experiment>/runs/<run_id>/`` holding ``config.yaml`` (the resolved
-config), ``curve.csv`` (step, train_loss, eval_loss, eval_accuracy) and ``summary.json`` (its
-fields: ``summary.py``).
-``summary.json`` is written last, by atomic rename, so its presence means "this run is done";
-a directory without it is an interrupted run: a rerun continues it from its ``checkpoint.pt``
-(``checkpoint.py``; the one binary file, read by torch with ``weights_only``) or starts it
-over. A forced rerun of a
-finished run is trained beside it (``staging``) and swapped in whole when complete. Concurrent
-workers claim a run with an OS file lock (``.claim``), which the kernel releases when a worker
-dies. Everything is plain text (YAML, CSV, JSON): reading results never executes code. The
-store follows no link: a run directory, ``runs/`` or the experiment directory that is a link
-is refused before anything is written or deleted (``guard``), and deletion removes a link,
-never what it points to (``remove``).
+Layout: ``<results_dir>/<experiment>/runs/<run_id>/``, one directory per run, written by
+``rundir.RunDir`` alone (its files and their order are described there); this module names the
+places (``run_id``, ``run_dir``, the point index), reads what a run left (``is_done``,
+``read_summary``, ``read_config``) and guards the store: a run directory, ``runs/`` or the
+experiment directory that is a link is refused before anything is written or deleted
+(``guard``), and deletion removes a link, never what it points to (``remove``). Everything is
+plain text (YAML, CSV, JSON) but the checkpoint, which torch reads with ``weights_only``:
+reading results never executes code.
 
 Every file is written and read through ``files.py``: whole, or reported as damaged.
 """
 
 from __future__ import annotations
 
-import csv
-import ctypes
-import errno
 import functools
 import hashlib
-import io
 import json
-import math
 import os
 import shutil
 from pathlib import Path
 
 import yaml
-from filelock import Timeout
 
 from kernelzoo.config import CONF, EXPERIMENTS, is_name
 from kernelzoo.records import summary as summary_schema
-from kernelzoo.records import files
 from kernelzoo.records.files import StoreError, atomic_write_text, one_line, read_text
 from kernelzoo.records.loaders import load_json, load_yaml
 
@@ -199,26 +187,6 @@ def guard_experiment(results_dir: str | Path, experiment: str) -> None:
         guard(results_dir, experiment_dir(results_dir, experiment) / part)
 
 
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def write_summary(path: Path, summary: dict) -> None:
-    """Write the run's ``summary.json`` (built by ``summary.new``): ValueError, before anything
-    is written, when it is not one (``summary.problem``)."""
-    data = _json_safe(summary)
-    problem = summary_schema.problem(data)
-    if problem:
-        raise ValueError(problem)
-    atomic_write_text(path / "summary.json", json.dumps(data, indent=2) + "\n")
-
-
 def read_summary(path: Path) -> dict:
     """Read and check one ``summary.json`` (``summary.problem``: its fields and their types);
     raise StoreError naming the file and what is wrong if it is bad."""
@@ -274,63 +242,6 @@ def is_done(path: Path) -> bool:
     return (path / "summary.json").is_file()
 
 
-class CurveWriter:
-    """Append rows to ``curve.csv``, flushed per row so a killed run leaves a readable prefix.
-    A run continued from its checkpoint at step ``after`` keeps the rows up to that step."""
-
-    def __init__(self, path: Path, after: int | None = None):
-        file = path / "curve.csv"
-        if after is not None:  # whole rows up to ``after`` (a kill may have cut the last row)
-            rows = [row for row in csv.reader(read_text(file).splitlines()[1:])
-                    if len(row) == len(CURVE_COLUMNS) and row[0].isdigit() and int(row[0]) <= after]
-            text = io.StringIO()
-            csv.writer(text).writerows([CURVE_COLUMNS, *rows])
-            atomic_write_text(file, text.getvalue())
-        self.file = open(file, "w" if after is None else "a", newline="")
-        self.writer = csv.writer(self.file)
-        if after is None:
-            self.writer.writerow(CURVE_COLUMNS)
-
-    def write(self, step: int, train_loss: float, eval_loss: float, eval_accuracy: float) -> None:
-        self.writer.writerow([step, f"{train_loss:.6g}", f"{eval_loss:.6g}", f"{eval_accuracy:.6g}"])
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-
-class Claim:
-    """An exclusive, non-blocking claim on a run directory.
-
-    Uses an OS-level lock (``fcntl.flock`` through ``filelock``), so a worker killed with
-    SIGKILL releases it at once; two sweeps on one results directory never train a run twice.
-    """
-
-    def __init__(self, path: Path):
-        path.mkdir(parents=True, exist_ok=True)
-        self.lock = files.lock(path / ".claim", timeout=0)  # never through a planted link
-
-    def __enter__(self) -> bool:
-        try:
-            self.lock.acquire()
-        except Timeout:
-            return False
-        return True
-
-    def __exit__(self, *exc) -> None:
-        if self.lock.is_locked:
-            self.lock.release()
-
-
-def reset(path: Path, keep: tuple[str, ...] = ()) -> None:
-    """Remove what an interrupted attempt left in a run directory but ``keep`` (never its claim
-    lock); a link is removed, never what it points to."""
-    for child in path.iterdir():
-        if child.name == ".claim" or child.name in keep:
-            continue
-        remove(child)
-
-
 def remove(path: Path) -> None:
     """Delete ``path``: a directory with everything in it, anything else (a link, even to a
     directory) as the one entry it is; never across a link."""
@@ -338,38 +249,3 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
     elif os.path.lexists(path):
         path.unlink()
-
-
-def staging(path: Path) -> Path:
-    """An empty directory beside the finished run at ``path`` (hidden from readers), where a
-    forced rerun is trained; what an interrupted forced rerun left there is removed."""
-    new = path.parent / f".{path.name}.next"
-    remove(new)
-    new.mkdir()
-    return new
-
-
-def swap_in(new: Path, path: Path) -> None:
-    """Put the complete run directory ``new`` in the place of ``path`` and remove the replaced
-    one. On Linux the two trade places in one step (renameat2 RENAME_EXCHANGE); where that is
-    not available, ``path`` is renamed aside first, so for an instant neither is in place (a
-    rerun then trains it again; nothing is lost)."""
-    try:
-        _exchange(new, path)
-    except OSError:
-        aside = path.parent / f".{path.name}.old"
-        os.replace(path, aside)
-        os.replace(new, path)
-        new = aside
-    remove(new)
-
-
-def _exchange(a: Path, b: Path) -> None:
-    """Swap two directory entries atomically (Linux renameat2 with RENAME_EXCHANGE)."""
-    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    if renameat2 is None:
-        raise OSError(errno.ENOSYS, "renameat2 is not available")
-    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE
-    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), exchange) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), str(a))

@@ -2,7 +2,7 @@
 
 Every writer builds a summary with ``new`` (a field it does not give takes its default; an
 unknown or missing field is a ValueError), the store checks it before writing it and every
-reader checks what it reads (``problem``: ``store.write_summary``, ``store.read_summary``).
+reader checks what it reads (``problem``: ``RunDir.write_summary``, ``store.read_summary``).
 
 A field is one of three kinds, by what a summary without it means:
 

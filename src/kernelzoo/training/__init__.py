@@ -1,2 +1,3 @@
-"""Training: one loop (runner.py) over a pack of runs (pack.py; a run alone is a pack of one),
-checkpoints, devices and the memory check."""
+"""Training: a job (job.py) plans its runs once and trains them as one pack in the one loop
+(runner.py; a run alone is a pack of one: pack.py the mechanics, packing.py the policy);
+checkpoints, devices, the memory check and signal handling (interrupt.py)."""

@@ -19,32 +19,32 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Callable
 
 import torch
 
 from kernelzoo.config import TrainerConf
 from kernelzoo.records import files
-from kernelzoo.training.plan import Plan
+from kernelzoo.records.rundir import CHECKPOINT as NAME
+from kernelzoo.records.rundir import RunDir
+from kernelzoo.training.plan import RunIdentity, Plan
 
-NAME = "checkpoint.pt"
 FORMAT = 1
 LIMIT = 16 << 30  # bytes: far above any run's (weights, two Adam moments and generators)
 FIELDS = ("step", "wall_seconds", "resumes", "model", "task", "loop", "adam")
 
 
-def key(identity: dict) -> str:
+def key(identity: RunIdentity) -> str:
     """The run's identity as the checkpoint stores it."""
-    return json.dumps(identity, sort_keys=True, default=str)
+    return json.dumps(identity.as_dict(), sort_keys=True, default=str)
 
 
-def write(path: Path, state: dict) -> None:
+def write(run: RunDir, state: dict) -> None:
     """Write the run's checkpoint (``runner._Run.state`` and the fields the loop adds)."""
-    files.atomic_write(path / NAME, lambda f: torch.save({"format": FORMAT, **state}, f))
+    run.write_checkpoint(lambda f: torch.save({"format": FORMAT, **state}, f))
 
 
-def read(path: Path, plan: Plan,
+def read(run: RunDir, plan: Plan,
          model: Callable[[], torch.nn.Module]) -> tuple[dict | None, str | None]:
     """The checkpoint of the planned run ``plan`` and None, or None and why it cannot be used
     (None and None when the run has none). It is read only when it is a regular file of at
@@ -53,7 +53,7 @@ def read(path: Path, plan: Plan,
     state (a fresh model of the run) and of its parameters' Adam moments, and a step at an
     evaluation before the plan's ``max_steps``."""
     identity, device = plan.identity, plan.device
-    file = path / NAME
+    file = run / NAME
     if not os.path.lexists(file):
         return None, None
     try:
@@ -73,7 +73,7 @@ def read(path: Path, plan: Plan,
         problem = _contents_problem(state, plan.trainer, model())
     if problem:
         return None, f"its {NAME} does not fit the run ({problem})"
-    if not (path / "curve.csv").is_file():
+    if not (run / "curve.csv").is_file():
         return None, f"its curve.csv is missing beside its {NAME}"
     return state, None
 
@@ -131,6 +131,3 @@ def _integer(value) -> bool:
 def _shape(value) -> str:
     return str(tuple(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
 
-
-def remove(path: Path) -> None:
-    (path / NAME).unlink(missing_ok=True)

@@ -15,7 +15,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelzoo.core.memory import FWM_CHUNKED_FROM, _delta_direct_is_cheaper, divides_by_feature_sum
+from kernelzoo.core.memory import FWM_CHUNKED_FROM, delta_direct_is_cheaper, divides_by_feature_sum
 from kernelzoo.core.model import EMBED_FACTOR
 from kernelzoo.maps import base as feature_maps
 
@@ -235,7 +235,7 @@ def footprint(phi, mem, tr, runs: list[tuple[int, int, int]], device_type: str =
         if rule == "delta":
             normed = (NL * D + NL) * b if normalise else 0  # sum_normalise and its sums
             base += normed
-            if _delta_direct_is_cheaper(L, 1, D, S, mem.chunk_size):  # _delta_read_direct
+            if delta_direct_is_cheaper(L, 1, D, S, mem.chunk_size):  # _delta_read_direct
                 square = N * L * L * b  # gram, its product with beta, its upper triangle
                 read = [base + k + 3 * square]
                 kept = base + 2 * square
@@ -328,7 +328,7 @@ def _evaluation(phi, mem, dtype, sliced, b, S, L, N, Q) -> float:
     if rule == "delta":
         if divides_by_feature_sum(rule, mem.normalisation):
             base += (NL + N * Q) * D * b
-        if _delta_direct_is_cheaper(L, Q, D, S, mem.chunk_size):  # _delta_read_direct
+        if delta_direct_is_cheaper(L, Q, D, S, mem.chunk_size):  # _delta_read_direct
             read = base + max(2 * N * L * L, N * L * L + 3 * N * L * Q) * b + y
         else:  # _delta_state_chunked: its system, solved, and two states in its loop
             system, square = N * n * C * (S + D) * b, N * n * C * C * b

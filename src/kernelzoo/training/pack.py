@@ -17,7 +17,8 @@ Adam state and trajectory are its own. Maps with parameters or a projection (lea
 FAVOR+) keep one map per run, applied to that run's slice of the batch; parameter-free maps run
 once over the whole pack.
 
-``Pack.losses`` is the training step's forward; ``Pack.sync`` copies a run's trained weights
+Which runs form a pack, and how many, is the packing policy (``packing.py``); this module is
+the mechanics. ``Pack.losses`` is the training step's forward; ``Pack.sync`` copies a run's trained weights
 back into its own model (for its evaluation and diagnostics, exactly as alone); ``Pack.drop``
 compacts stopped runs out, parameters and Adam state alike; ``Pack.adam_state`` and
 ``load_adam_state`` take a run's Adam state out for its checkpoint and put it back.
@@ -27,27 +28,22 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Callable
 
 import torch
 
 from kernelzoo.core import fwm
-from kernelzoo.maps import random_features
 from kernelzoo.core.model import EMBED_FACTOR, RetrievalModel, read_out, retrieval_loss
 from kernelzoo.core.task import Batch
 
 # What a compiled step runs eagerly (a graph break; the rest of the step compiles): traced, the
-# Python loops of these functions (over fwm's writes, over FAVOR+'s batch slices) unroll.
-EAGER = ((fwm, "state"), (random_features, "_favor_key_scores"))
+# Python loop of fwm's state (over its writes) unrolls; a map names its own (``FeatureMap.eager``)
+EAGER = ((fwm, "state"),)
 
 LOG = logging.getLogger("kernelzoo.train")
-PADDING_WASTE = 0.25  # a pack's padded work is at most this fraction of its work (``form``)
-AUTO_SIZE = {"cpu": 8, "cuda": 32}  # trainer.pack=auto at most (``make bench``: case packed)
 # A compiled step is kept only if, on its first batch, its losses and gradients are the eager
 # step's within this (relative to each tensor's largest entry; float32 rounds differently)
 COMPILED_TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-3, torch.bfloat16: 5e-2,
                       torch.float16: 5e-2}
-CPU_ELEMENTS = 2**19  # trainer.pack=auto on the CPU: a pack's keys fit in ~2 MB (``most_runs``)
 
 
 def compiles(setting: str, device: torch.device) -> bool:
@@ -56,51 +52,6 @@ def compiles(setting: str, device: torch.device) -> bool:
     minutes per shape and map in each worker, more than short runs save, and what it gains
     depends on the CPU and the pack: ``make bench``, rows with case packed)."""
     return setting == "true" or (setting == "auto" and device.type == "cuda")
-
-
-def most_runs(setting: str | int, device: str, batch_size: int, d_key: int,
-              replacement: bool) -> Callable[[int], int]:
-    """The most runs of a pack whose largest run has S keys, for ``trainer.pack`` on
-    ``trainer.device`` (auto: cuda when this machine has it, as ``devices.resolve_device``).
-
-    auto on cuda: AUTO_SIZE["cuda"]. auto on the CPU: packing pays only while the pack's keys,
-    R x batch x L x d_key numbers, stay within CPU_ELEMENTS (about a 2 MB cache: beyond it
-    every elementwise pass goes to memory and R runs cost more than R runs alone, ``make
-    bench``): R <= CPU_ELEMENTS / (batch x L x d_key), at most AUTO_SIZE["cpu"].
-    """
-    if str(setting) != "auto":
-        return lambda S: int(setting)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    kind = device.split(":")[0]
-    if kind != "cpu":
-        return lambda S: AUTO_SIZE.get(kind, 1)
-    per_run = lambda S: batch_size * (2 * S if replacement else S) * d_key  # noqa: E731
-    return lambda S: max(1, min(AUTO_SIZE["cpu"], CPU_ELEMENTS // per_run(S)))
-
-
-def step_cost(n_keys: int) -> float:
-    """The work model of ``form``: a training step costs about (S + 64)^2 — the S x 2.2S
-    embedding and its Adam update grow as S^2, and a step has a fixed per-op cost worth ~64
-    keys on the CPU (``make bench``)."""
-    return (n_keys + 64.0) ** 2
-
-
-def form(n_keys: list[int], most: Callable[[int], int]) -> list[list[int]]:
-    """Positions of ``n_keys`` grouped into packs, largest first: a run joins the open pack
-    while the pack has fewer than ``most(its largest S)`` runs and its padding stays at most
-    PADDING_WASTE of its work (every run padded to the largest S), else it opens the next."""
-    order = sorted(range(len(n_keys)), key=lambda i: -n_keys[i])
-    packs: list[list[int]] = []
-    for i in order:
-        if packs and len(packs[-1]) < most(n_keys[packs[-1][0]]):
-            members = [n_keys[j] for j in packs[-1]] + [n_keys[i]]
-            padded = len(members) * step_cost(max(members))
-            if 1 - sum(map(step_cost, members)) / padded <= PADDING_WASTE:
-                packs[-1].append(i)
-                continue
-        packs.append([i])
-    return packs
 
 
 def _index(segments: list[tuple[int, int]], device) -> torch.Tensor:
@@ -288,7 +239,7 @@ class Pack:
         first, and after each ``drop``) also runs eagerly and compares the two (losses and
         gradients, COMPILED_TOLERANCE): if they differ, or if compilation fails, it says so in
         one line and the pack trains eagerly."""
-        _keep_eager()
+        _keep_eager(self.phis)
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self.compiled = torch.compile(self._forward)
 
@@ -326,11 +277,12 @@ def _pad_positions(x: torch.Tensor, length: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, length - x.shape[1])) if x.shape[1] < length else x
 
 
-def _keep_eager() -> None:
-    """``torch.compiler.disable`` on each function of EAGER, in its module, once: done when a
-    pack first compiles rather than at import, as it imports ``torch._dynamo`` (seconds in
-    every process, most of which never compile)."""
-    for module, name in EAGER:
-        fn = getattr(module, name)
+def _keep_eager(phis) -> None:
+    """``torch.compiler.disable`` on each function of EAGER, in its module, and on each method
+    the pack's maps name (``FeatureMap.eager``), in their class, once: done when a pack first
+    compiles rather than at import, as it imports ``torch._dynamo`` (seconds in every process,
+    most of which never compile)."""
+    for owner, name in [*EAGER, *((type(phi), name) for phi in phis for name in type(phi).eager)]:
+        fn = getattr(owner, name)
         if not getattr(fn, "_torchdynamo_disable", False):
-            setattr(module, name, torch.compiler.disable(fn))
+            setattr(owner, name, torch.compiler.disable(fn))

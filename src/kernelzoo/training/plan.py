@@ -6,18 +6,19 @@ sequence lengths, the device, the feature map (its sizing parameter from d_dot, 
 a UsageError, a d_dot the map cannot reach an InfeasibleError; ``resolve`` turns the latter into
 an ``Infeasible`` record, which a run records with its reason.
 
-A run's identity is everything that defines the experiment: the map and its parameters, d_key,
-d_dot, n_keys, seed, task, memory and the trainer settings but those in ``NOT_IN_IDENTITY`` (how
-a run is trained, not what). Its run id (``locate``) is ``store.run_id`` of the identity with
-the parameters the map's class shows (``FeatureMap.run_id_shows``); the store's directory names
-are these ids, so the identity's fields and their values are fixed.
+A run's identity (``RunIdentity``) is everything that defines the experiment: the map and its
+parameters, d_key, d_dot, n_keys, seed, task, memory and the trainer settings but those in
+``NOT_IN_IDENTITY`` (how a run is trained, not what). It is built once, with the plan, and its
+``run_id`` is ``store.run_id`` of its fields with the parameters the map's class shows
+(``FeatureMap.run_id_shows``); the store's directory names are these ids, so the identity's
+fields and their values are fixed.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, fields, replace
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -28,10 +29,60 @@ from kernelzoo.maps.base import FeatureMap
 from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map,
                                     check_first_call, map_class, resolve_params)
 from kernelzoo.records import store, summary
+from kernelzoo.records.rundir import RunDir
 from kernelzoo.training.devices import check_memory, check_width, require, resolve_device
 
 NOT_IN_IDENTITY = {"trainer": ("device", "threads", "progress", "pack", "compile",  # how, not
                                "checkpoint_minutes", "flush_denormal")}  # what, is computed
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What defines a run, and so its run id. ``trainer`` is None for a point that could not be
+    planned (its infeasible record); ``stall_check_of`` names the stalled run a stall check
+    retrains (None otherwise). Neither is part of the run id when None."""
+
+    feature_map: str
+    feature_map_params: dict
+    d_key: int
+    d_dot: float | None
+    n_keys: int
+    seed: int
+    task: dict
+    memory: dict
+    trainer: dict | None = None
+    stall_check_of: str | None = None
+
+    def as_dict(self) -> dict:
+        """The identity as the run id hashes it and a checkpoint keeps it."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None
+                or f.name not in ("trainer", "stall_check_of")}
+
+    @functools.cached_property
+    def run_id(self) -> str:
+        """``store.run_id`` of the identity with the parameters its map's class shows."""
+        cls = map_class(self.feature_map)
+        params = cls.run_id_shows(self.feature_map_params) if cls is not None else {}
+        return store.run_id(self.as_dict(), params)
+
+    def at(self, n_keys: int, seq_len: int, eval_seq_len: int) -> RunIdentity:
+        """The identity of the same configuration at ``n_keys`` (and its sequence lengths)."""
+        return replace(self, n_keys=n_keys,
+                       task={**self.task, "seq_len": seq_len, "eval_seq_len": eval_seq_len})
+
+    def summary(self, experiment: str, **outcome) -> dict:
+        """The summary.json of this run (``records.summary``): what the identity says, and the
+        fields of its ``outcome`` (status, reason, losses, diagnostics...)."""
+        return summary.new(
+            run_id=self.run_id, experiment=experiment, task=self.task.get("name"),
+            feature_map=self.feature_map, feature_map_params=self.feature_map_params,
+            d_key=self.d_key, d_dot=self.d_dot, predicted_capacity=self.d_dot,
+            n_keys=self.n_keys, seq_len=self.task.get("seq_len"),
+            update_rule=self.memory.get("update_rule"),
+            normalisation=self.memory.get("normalisation"), seed=self.seed,
+            stall_check_of=self.stall_check_of,  # the stalled run a check retrains
+            **outcome)
 
 
 @dataclass(frozen=True)
@@ -42,7 +93,7 @@ class Plan:
     ``trainer`` are the config's."""
 
     config: Config
-    identity: dict
+    identity: RunIdentity
     phi: FeatureMap
     device: torch.device
     seq_len: int
@@ -69,12 +120,15 @@ class Infeasible:
 
     reason: str
     config: Config
-    identity: dict
+    identity: RunIdentity
 
 
 def plan(cfg: DictConfig) -> Plan:
     """Check ``cfg`` and resolve everything a run needs; raise UsageError/InfeasibleError."""
-    c = config.check(cfg)
+    return _plan(config.check(cfg))
+
+
+def _plan(c: Config) -> Plan:
     task, mem, tr = c.task, c.memory, c.trainer
     S, d_key = c.n_keys, c.d_key
     seq_len, eval_seq_len = config.sequence_lengths(S, task.replacement, task.seq_len,
@@ -99,64 +153,38 @@ def plan(cfg: DictConfig) -> Plan:
             f"memory.update_rule={mem.update_rule} with feature_map=softmax: softmax attention "
             "has no fast-weight state; valid: memory=sum")
     estimate = check_memory(phi, mem, tr, task, device, [(S, seq_len, eval_seq_len)])
-    identity = {
-        "feature_map": name, "feature_map_params": phi.params, "d_key": phi.d_key,
-        "d_dot": None if math.isinf(phi.d_dot) else phi.d_dot, "n_keys": S, "seed": c.seed,
-        "task": {**vars(task), "seq_len": seq_len, "eval_seq_len": eval_seq_len},
-        "memory": vars(mem),
-        "trainer": {k: v for k, v in vars(tr).items() if k not in NOT_IN_IDENTITY["trainer"]},
-    }
-    if c.stall_check_of is not None:  # a stall check (sweeper); absent otherwise: ids unchanged
-        identity["stall_check_of"] = c.stall_check_of
+    identity = RunIdentity(
+        feature_map=name, feature_map_params=phi.params, d_key=phi.d_key,
+        d_dot=None if math.isinf(phi.d_dot) else phi.d_dot, n_keys=S, seed=c.seed,
+        task={**vars(task), "seq_len": seq_len, "eval_seq_len": eval_seq_len},
+        memory=vars(mem),
+        trainer={k: v for k, v in vars(tr).items() if k not in NOT_IN_IDENTITY["trainer"]},
+        stall_check_of=c.stall_check_of)  # a stall check (sweeper); None otherwise
     return Plan(c, identity, phi, device, seq_len, eval_seq_len, estimate)
 
 
 def resolve(cfg: DictConfig) -> Plan | Infeasible:
-    """``plan(cfg)``, or the ``Infeasible`` record of a point whose map cannot reach its d_dot;
-    UsageError for a bad value."""
+    """The point ``cfg`` checked and planned once: its ``Plan``, or the ``Infeasible`` record of
+    a point whose map cannot reach its d_dot; UsageError for a bad value."""
+    c = config.check(cfg)
     try:
-        return plan(cfg)
+        return _plan(c)
     except InfeasibleError as err:
-        return Infeasible(str(err), config.check(cfg), raw_identity(cfg))
+        return Infeasible(str(err), c, raw_identity(cfg))
 
 
-def raw_identity(cfg: DictConfig) -> dict:
-    """Identity of a point that could not be planned (for its infeasible record)."""
+def raw_identity(cfg: DictConfig) -> RunIdentity:
+    """The identity of a point that could not be planned (for its infeasible record)."""
     fm = OmegaConf.to_container(cfg.feature_map, resolve=True)
     name = fm.pop("name", "?")
-    identity = {"feature_map": name, "feature_map_params": fm, "d_key": cfg.d_key,
-                "d_dot": cfg.d_dot, "n_keys": cfg.n_keys, "seed": cfg.seed,
-                "task": OmegaConf.to_container(cfg.task, resolve=True),
-                "memory": OmegaConf.to_container(cfg.memory, resolve=True)}
-    if cfg.get("stall_check_of") is not None:
-        identity["stall_check_of"] = cfg.stall_check_of
-    return identity
+    return RunIdentity(feature_map=name, feature_map_params=fm, d_key=cfg.d_key, d_dot=cfg.d_dot,
+                    n_keys=cfg.n_keys, seed=cfg.seed,
+                    task=OmegaConf.to_container(cfg.task, resolve=True),
+                    memory=OmegaConf.to_container(cfg.memory, resolve=True),
+                    stall_check_of=cfg.get("stall_check_of"))
 
 
-def run_id(identity: dict) -> str:
-    """The run id of ``identity``: ``store.run_id`` with the parameters its map's class shows."""
-    cls = map_class(identity["feature_map"])
-    params = cls.run_id_shows(identity["feature_map_params"]) if cls is not None else {}
-    return store.run_id(identity, params)
-
-
-def locate(cfg: DictConfig, identity: dict) -> tuple[str, Path]:
+def locate(cfg: DictConfig, identity: RunIdentity) -> tuple[str, RunDir]:
     """The run id of ``identity`` and its directory in the store of ``cfg`` (its results_dir
     and experiment)."""
-    rid = run_id(identity)
-    return rid, store.run_dir(cfg.results_dir, cfg.experiment, rid)
-
-
-def summary_of(experiment: str, identity: dict, rid: str, **outcome) -> dict:
-    """The summary.json of the run ``rid`` of ``identity`` (``records.summary``): what the
-    identity says, and the fields of its ``outcome`` (status, reason, losses, diagnostics...)."""
-    d_dot = identity["d_dot"]
-    return summary.new(
-        run_id=rid, experiment=experiment, task=identity["task"].get("name"),
-        feature_map=identity["feature_map"], feature_map_params=identity["feature_map_params"],
-        d_key=identity["d_key"], d_dot=d_dot, predicted_capacity=d_dot,
-        n_keys=identity["n_keys"], seq_len=identity["task"].get("seq_len"),
-        update_rule=identity["memory"].get("update_rule"),
-        normalisation=identity["memory"].get("normalisation"), seed=identity["seed"],
-        stall_check_of=identity.get("stall_check_of"),  # the stalled run a check retrains
-        **outcome)
+    return identity.run_id, RunDir.of(cfg.results_dir, cfg.experiment, identity.run_id)

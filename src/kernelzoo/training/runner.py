@@ -3,31 +3,31 @@
 ``fit`` trains the model of a plan (``plan.Plan``) with Adam on fresh batches, evaluates every
 ``eval_every`` steps (``evaluate``), appends each evaluation to ``curve.csv``, and stops at the
 first of: eval loss <= ``stop_loss`` (converged), more than ``patience`` evaluations without
-improvement (plateau), ``max_steps`` (max_steps), a non-finite loss (diverged). Every
-``checkpoint_minutes`` it checkpoints the runs at an evaluation, and a run claimed with a
-checkpoint continues from it (``checkpoint.py``). Warned by its scheduler of the time limit
-(``interrupt.checkpoint_on_warning``), a job checkpoints its runs at the next evaluation, says so
-in one line per run, and is requeued.
+improvement (plateau), ``max_steps`` (max_steps), a non-finite loss (diverged), and yields each
+run's result as it stops. Every ``checkpoint_minutes`` it checkpoints the runs at an evaluation,
+and a run claimed with a checkpoint continues from it (``checkpoint.py``). Warned by its
+scheduler of the time limit (``interrupt.checkpoint_on_warning``), a job checkpoints its runs at
+the next evaluation, says so in one line per run, and is requeued. Every file goes through the
+run's ``RunDir``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
+from typing import Iterator
 
 import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
 from kernelzoo.core import diagnostics
-from kernelzoo.records import files, interrupt, store, summary, tracking
-from kernelzoo.training import checkpoint
+from kernelzoo.records import summary, tracking
+from kernelzoo.records.rundir import RunDir
+from kernelzoo.training import checkpoint, interrupt
 from kernelzoo.config import TrainerConf
 from kernelzoo.training.devices import flushes_denormals
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
@@ -94,15 +94,13 @@ def _per_chunk(model: RetrievalModel, batch, rank: torch.Tensor, size: int) -> t
 
 @dataclass
 class Member:
-    """A claimed run as the loop needs it: its config, plan (``plan.Plan``), id, the
-    directory it is trained in (``path``: its place in the store, ``home``, or a forced rerun's
-    staging directory), tracker, and the checkpoint it continues from (read by ``fit``)."""
+    """A claimed run as the loop needs it: its config, plan (``plan.Plan``), directory (its
+    ``RunDir``, staged beside the finished run for a forced rerun), tracker, and the checkpoint
+    it continues from (read by ``fit``)."""
 
     cfg: DictConfig
     plan: Plan
-    rid: str
-    path: Path
-    home: Path
+    run: RunDir
     tracker: tracking.Tracker | None = None
     checkpoint: dict | None = None  # until ``fit`` has restored it
     started: float = 0.0  # time.perf_counter() when this attempt began
@@ -112,6 +110,10 @@ class Member:
         self.start_step = saved["step"]
         self.resumes = saved["resumes"] + 1  # continued from a checkpoint, this attempt included
         self.wall_before = saved["wall_seconds"]  # training before this attempt, to the checkpoint
+
+    @property
+    def rid(self) -> str:
+        return self.plan.identity.run_id
 
     def wall(self) -> float:
         """Seconds of training, those before this attempt included (work redone since the
@@ -149,7 +151,7 @@ class _Run:
         self.steps = self.evaluated = m.start_step
         if m.checkpoint:
             self._restore(m.checkpoint)
-        self.curve = store.CurveWriter(m.path, after=m.start_step if m.checkpoint else None)
+        self.curve = m.run.curve(after=m.start_step if m.checkpoint else None)
         show = sys.stderr.isatty() if tr.progress == "auto" else tr.progress == "true"
         # a bar only when shown: tqdm's lock is a multiprocessing semaphore, which a sweep
         # worker stopped by SIGKILL would leak (the resource tracker then warns at exit)
@@ -227,8 +229,7 @@ class _Run:
             self.reason += "; " + diagnostics.divergence(self.model, self.probe, self.evaluated)
         else:  # why it fails, measured from the trained model (diagnostics.py)
             found, details = diagnostics.measure(self.model, self.probe, self.initial)
-            files.atomic_write_text(self.m.path / "diagnostics.json",
-                                    json.dumps(details, indent=1) + "\n")
+            self.m.run.write_diagnostics(details)
         return {"status": self.status, "reason": self.reason, "steps": self.steps,
                 "final_eval_loss": self.eval_loss if ok else None,
                 "best_eval_loss": self.best if math.isfinite(self.best) else None,
@@ -236,17 +237,18 @@ class _Run:
                 "device": str(self.m.plan.device), **found}
 
 
-def fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
+def fit(members: list[Member]) -> Iterator[tuple[Member, dict]]:
     """The published protocol for a pack of runs (one run is a pack of one): each run draws
     its own batches, is evaluated and stopped on its own, and leaves the pack when it stops,
-    ``done(member, summary fields)`` being called at that moment. Members share everything
-    but seed and n_keys (``pack.py``). Runs that continue checkpoints of different steps train
-    as packs of one step each, one after the other: stacked parameters share Adam's step."""
+    yielding (member, its summary fields) at that moment; training goes on when the caller asks
+    for the next. Members share everything but seed and n_keys (``pack.py``). Runs that
+    continue checkpoints of different steps train as packs of one step each, one after the
+    other: stacked parameters share Adam's step."""
     for start in sorted({m.start_step for m in members}):
-        _fit([m for m in members if m.start_step == start], done)
+        yield from _fit([m for m in members if m.start_step == start])
 
 
-def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
+def _fit(members: list[Member]) -> Iterator[tuple[Member, dict]]:
     tr, mem = members[0].plan.trainer, members[0].plan.memory
     dtype = getattr(torch, tr.dtype)
     # denormal floats flushed in the training steps and elsewhere as trainer.flush_denormal says
@@ -294,7 +296,7 @@ def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
                 if run.check(rows[i], step, seconds) or step >= tr.max_steps:
                     leaving.append(i)
             for i in leaving:
-                done(runs[i].m, runs[i].result())
+                yield runs[i].m, runs[i].result()
             if leaving:
                 opt = pack.drop(leaving, opt)
                 runs = [run for i, run in enumerate(runs) if i not in leaving]
@@ -303,7 +305,7 @@ def _fit(members: list[Member], done: Callable[[Member, dict], None]) -> None:
                     time.perf_counter() - saved >= 60 * tr.checkpoint_minutes or \
                     interrupt.warned():
                 for i, run in enumerate(runs):
-                    checkpoint.write(run.m.path, {**run.state(), "adam": pack.adam_state(i, opt)})
+                    checkpoint.write(run.m.run, {**run.state(), "adam": pack.adam_state(i, opt)})
                 saved = time.perf_counter()
             if interrupt.warned():  # the scheduler's time limit (or a preemption) is near
                 for run in runs:

@@ -68,7 +68,7 @@ class Owner:
 
     def record(self) -> None:
         """List the loky semaphores in ``root`` that this process or a descendant maps."""
-        from kernelzoo.records.interrupt import descendants
+        from kernelzoo.training.interrupt import descendants
 
         for pid in [os.getpid(), *descendants()]:
             with contextlib.suppress(OSError):
