@@ -82,7 +82,7 @@ def figure_lines(figures: list[Path], omitted: list[str]) -> list[str]:
     return lines + [f"- {line}" for line in omitted]
 
 
-def _listing(items: list[str], limit: int = 30) -> list[str]:
+def listing(items: list[str], limit: int = 30) -> list[str]:
     shown = [f"  - {item}" for item in items[:limit]]
     return shown + ([f"  - ... and {len(items) - limit} more"] if len(items) > limit else [])
 

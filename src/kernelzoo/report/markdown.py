@@ -22,7 +22,7 @@ from kernelzoo.analysis.pipeline import Analysis
 from kernelzoo.analysis.rankings import efficiency_table
 from kernelzoo.records.files import atomic_write_text
 from kernelzoo.records.history import experiment_points
-from kernelzoo.report.appendix import (PUBLISHED_NOTE, REFERENCE_NOTE, _listing, figure_lines,
+from kernelzoo.report.appendix import (PUBLISHED_NOTE, REFERENCE_NOTE, listing, figure_lines,
                                        noise, sweep_lines)
 from kernelzoo.report.sections import (SHOWN, prediction_section, rank_bound_section, rank_changes,
                                        stall_section)
@@ -157,7 +157,7 @@ def missing_lines(a: Analysis) -> list[str]:
              None)):
         if items is not None:
             n = len(items) if count is None else count
-            lines += [f"- {title}: {n or 'none'}"] + _listing(items, SHOWN + 1)
+            lines += [f"- {title}: {n or 'none'}"] + listing(items, SHOWN + 1)
     return lines + [""]
 
 
