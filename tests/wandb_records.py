@@ -39,8 +39,9 @@ def records(path: Path) -> list:
 
 def logged_keys(path: Path) -> set[str]:
     """The keys of every history row the run logged."""
-    return {item.key or "/".join(item.nested_key) for r in records(path)
-            if r.WhichOneof("record_type") == "history" for item in r.history.item}
+    return {item.key or item.nested_key[0] for r in records(path)  # a dict value (a table, an
+            if r.WhichOneof("record_type") == "history"            # image) is nested under it
+            for item in r.history.item}
 
 
 def summary_keys(path: Path) -> dict[str, str]:
