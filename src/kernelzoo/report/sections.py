@@ -83,9 +83,13 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFr
     if checked.empty:
         return lines + ["No stall was checked (`stall_check=true` trains a check for each): no "
                         "failure point is moved by a stall.", ""]
-    lines += [f"Checks: {len(checked)} of {int(runs['stalled'].sum())} stalled runs checked; the "
-              f"checks cleared {int(checked['clears_loss'].sum())} in the loss view and "
-              f"{int(checked['clears_accuracy'].sum())} in the accuracy view.", "",
+    cleared = {v: int(checked[f"clears_{v}"].sum()) for v in ("loss", "accuracy")}
+    lines += [f"Checks: {len(checked)} of {int(runs['stalled'].sum())} stalled runs checked. In "
+              "the loss view the checks cleared "
+              f"{cleared['loss']} (the run had stopped too soon: its check passes) and confirmed "
+              f"{len(checked) - cleared['loss']} (its check fails too); in the accuracy view they "
+              f"cleared {cleared['accuracy']} and confirmed {len(checked) - cleared['accuracy']}.",
+              "",
               "| configuration | seed | n_keys | check | final eval loss | accuracy | clears "
               "loss / accuracy |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.label} | {r.seed} | {r.n_keys} | {r.check} | {cell(r.final_eval_loss, 4)} | "
