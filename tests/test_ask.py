@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DONE, PYTHON, run_cmd
 
-from kernelzoo.analysis import protocol
+from kernelzoo.report.markdown import protocol_line
 
 
 def runs(settings: list[dict], statuses: list[str], lr: str = "0.001") -> pd.DataFrame:
@@ -22,7 +22,7 @@ def runs(settings: list[dict], statuses: list[str], lr: str = "0.001") -> pd.Dat
 def test_the_published_protocol_is_named_and_the_cap_counted():
     published = {"trainer.max_steps": 100000, "trainer.patience": 10, "task.name": "capacity"}
     table = runs([published, published, {}], ["converged", "max_steps", "infeasible"])
-    assert protocol.line(table) == (
+    assert protocol_line(table) == (
         "**Protocol**: the published one (trainer=paper). **Step cap**: 1 of 2 runs stopped "
         "at it, not by the stopping rule: a failure there may be slow learning rather than lack "
         "of capacity.")
@@ -32,7 +32,7 @@ def test_every_departure_is_named_with_the_values_seen():
     quick = {"trainer.max_steps": 3000, "trainer.patience": 5}
     table = runs([quick, {**quick, "trainer.patience": 30}, quick],
                  ["max_steps", "plateau", "converged"], lr="0.003")
-    assert protocol.line(table) == (
+    assert protocol_line(table) == (
         "**Protocol**: not the published one: lr 0.003 (published 0.001); max_steps 3000 "
         "(published 100000); patience 5, 30 (published 10). **Step cap**: 1 of 3 runs stopped "
         "at it, not by the stopping rule: a failure there may be slow learning rather than lack "

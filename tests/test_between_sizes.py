@@ -1,9 +1,9 @@
-"""The rankings compared between sizes and why a family moves (analysis/between_sizes.py), on
-constructed capacity tables."""
+"""The rankings compared between sizes and why a family moves (analysis/between_sizes.py; the
+report's section: report/rankings.py), on constructed capacity tables."""
 
 import pandas as pd
 
-from kernelzoo.analysis import between_sizes
+from kernelzoo.report.rankings import between_sizes_section
 from test_rankings import row
 
 
@@ -19,13 +19,13 @@ def two_sizes(extra=()):
 
 
 def lines_of(table, family):
-    return {line.split(" |")[0][2:]: line for line in between_sizes.section(table, family)
+    return {line.split(" |")[0][2:]: line for line in between_sizes_section(table, family)
             if line.startswith("| ") and not line.startswith("| family")}
 
 
 def test_a_family_moved_by_its_own_change_and_one_moved_by_others():
     table, family = two_sizes()
-    lines = between_sizes.section(table, family)
+    lines = between_sizes_section(table, family)
     assert lines[0] == "### Between sizes: d_dot 64 and 128"
     assert "- accuracy: Spearman rho = -0.37 over 6 families." in lines
     got = lines_of(table, family)
@@ -57,6 +57,6 @@ def test_a_lower_bound_counts_as_the_half_line_it_allows():
 
 def test_too_few_families_or_one_size_give_nothing():
     table, family = two_sizes()
-    assert between_sizes.section(table[~table["label"].str[0].isin(["B", "C"])], family) == []
-    assert between_sizes.section(table[table["predicted_capacity"] == 64], family) == []
-    assert between_sizes.section(table, {}) == []
+    assert between_sizes_section(table[~table["label"].str[0].isin(["B", "C"])], family) == []
+    assert between_sizes_section(table[table["predicted_capacity"] == 64], family) == []
+    assert between_sizes_section(table, {}) == []

@@ -11,6 +11,7 @@ import pytest
 
 from kernelzoo.analysis import factorial
 from kernelzoo.analysis.capacity import SUFFIX
+from kernelzoo.report.studies import factorial_section, factorial_summary, simple_words
 import simulations
 
 
@@ -50,7 +51,7 @@ def test_incomplete_design_is_none():
     rows = [(f"cell {i}", favor_params(*c), 64) for i, c in enumerate(CELLS[:7])]
     assert factorial.designs(capacity_of(rows)) == []
     assert factorial.table(capacity_of(rows), pd.DataFrame()).empty
-    assert factorial.section(pd.DataFrame()) == []
+    assert factorial_section(pd.DataFrame()) == []
 
 
 def seeds_for(design, value_of, outcome="fails_at"):
@@ -93,7 +94,7 @@ def test_bounds_are_marked_in_the_section():
     seeds = seeds_for(design, lambda c: 10.0 + 50 * c[1])
     every = seeds["label"].isin([design.cells[c] for c in design.cells if c[1] == 0])
     seeds.loc[every, "outcome"] = "fails_everywhere"
-    lines = factorial.section(factorial.table(capacity, seeds))
+    lines = factorial_section(factorial.table(capacity, seeds))
     assert lines[0] == "## Factorial"
     row = next(line for line in lines if line.startswith("| redraw |"))
     assert "(12 bounds)" in row.split("|")[2] and "bounds" not in row.split("|")[3]
@@ -130,7 +131,7 @@ def test_analyze_writes_factorial_csv_and_section(tmp_path):
     redraw = table[(table["effect"] == "redraw") & (table["view"] == "loss")].iloc[0]
     assert redraw.ratio > 2 and redraw.ci_low <= redraw.ratio <= redraw.ci_high
     assert "## Factorial" in (exp / "report.md").read_text()
-    lines = factorial.summary(table)
+    lines = factorial_summary(table)
     assert lines[0].startswith("Factorial favor d_key=64 d_dot=32 (redraw every_call -> never")
     assert any(line.startswith("- loss: redraw x") for line in lines)
 
@@ -152,6 +153,6 @@ def test_an_interaction_that_excludes_1_gives_each_fix_at_each_level_of_the_othe
     got = {(e.factor, e.at): e.ratio for e in found}
     assert got == pytest.approx({("A", "B=2"): 4.0, ("A", "B=1"): 1.0, ("B", "A=2"): 2.0,
                                  ("B", "A=1"): 0.5}, rel=0.05)
-    words, = factorial.simple_words(found, "loss")
+    words, = simple_words(found, "loss")
     assert words.startswith("interaction A x B x1.98 [") and "(its interval excludes 1)" in words
     assert "A x0.995 [" in words and "at B=1, x3.91 [" in words

@@ -119,3 +119,27 @@ def test_the_analysis_never_imports_training_and_the_sweeper_never_the_commands(
 def test_only_the_adapter_reaches_into_hydra_internals():
     users = [name for name, path in modules().items() if "hydra._internal" in path.read_text()]
     assert users == ["kernelzoo.config.hydra_internals"], users
+
+
+def markdown(node: ast.AST) -> bool:
+    """Whether a string literal (an f-string's literal parts included) writes markdown: a table
+    row or rule, a heading, or bold text."""
+    text = node.value if isinstance(node, ast.Constant) else ""
+    return isinstance(text, str) and (text.lstrip().startswith(("| ", "|---", "#")) or "**" in text)
+
+
+def test_the_analysis_holds_rules_and_the_report_writes_the_markdown():
+    """analysis/ computes; its report sections (and their markdown) live in report/."""
+    found = []
+    for name, path in modules().items():
+        if unit(name) != "kernelzoo.analysis":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                      and isinstance(n.body[0], ast.Expr)}
+        found += [f"{name}.{n.name}" for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                  and (n.name == "section" or n.name.endswith("_section"))]
+        found += [f"{name}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and id(n) not in docstrings and markdown(n)]
+    assert not found, found

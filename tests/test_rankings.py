@@ -6,6 +6,7 @@ import math
 import pandas as pd
 
 from kernelzoo.analysis import rankings, tiers
+from kernelzoo.report.rankings import tier_section
 
 
 def row(label, d_dot, loss, acc, keys, outcome_acc="fails_at", outcome_keys="fails_at",
@@ -48,12 +49,12 @@ def test_ranks_within_each_size():
 
 
 def test_the_tiers_section_lists_limits_sizes_and_the_reference():
-    """The tiers per size (``tiers.section``) carry each configuration's limits and the rows
+    """The tiers per size (``report.rankings.tier_section``) carry each configuration's limits and the rows
     without d_dot as a reference line."""
     capacity = table()
     runs = pd.DataFrame(columns=["label", "seed", "n_keys", "status", "final_eval_loss",
                                  "final_eval_accuracy"])
-    lines = tiers.section(capacity, tiers.flags(capacity, runs, 0.01, 0.99))
+    lines = tier_section(capacity, tiers.flags(capacity, runs, 0.01, 0.99))
     assert lines[0] == "## Tiers per view"
     assert "### d_dot 64" in lines and "### d_dot 128" in lines
     e = next(line for line in lines if line.startswith("| E |"))
@@ -63,5 +64,5 @@ def test_the_tiers_section_lists_limits_sizes_and_the_reference():
     assert "bound: >= 3.03" in c and "bound in keys retrieved" in c
     assert ("Reference, no d_dot: S, failure point loss 500; accuracy 500; keys retrieved "
             ">= 500.") in lines
-    assert tiers.section(capacity, None, level=3)[0] == "### Tiers per view"
+    assert tier_section(capacity, None, level=3)[0] == "### Tiers per view"
     assert not math.isnan(rankings.COLLAPSE)

@@ -15,6 +15,7 @@ from kernelzoo.analysis import scaling, settings
 from kernelzoo.analysis.capacity import seed_table
 from kernelzoo.analysis.runs import load_runs
 from kernelzoo.report import figures as capacity_figures
+from kernelzoo.report import scaling as scaling_words
 
 TAU = 0.01
 
@@ -87,7 +88,7 @@ def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, ca
                    "![](capacity_scaling.png)"):
         assert needle in report, needle
     capsys.readouterr()
-    scaling.main([str(exp / "scaling.csv"), str(tmp_path / "none.csv")])
+    scaling_words.main([str(exp / "scaling.csv"), str(tmp_path / "none.csv")])
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{exp / 'scaling.csv'}:"
     assert out[1].startswith("  DPFP d_key=8 (loss view): failure point / d_dot per level")
@@ -109,7 +110,7 @@ def test_a_law_on_bounds_alone_cannot_tell_and_names_the_bounds():
                           "n_bounds": 5, "ratio": math.nan, "ratio_lowest": 1.03,
                           "ratio_highest": math.inf, "ratio_low": 1.0, "ratio_high": math.inf,
                           "ratio_level": 0.9375} for d in (64, 128, 256)])
-    words = scaling.sentence(rows)
+    words = scaling_words.sentence(rows)
     assert "256: >= 1.03 [1.00, inf) (94%; 5 of 5 seeds bounds)" in words
     assert words.endswith("n* = d_dot: cannot tell: bounded at >= 65.92 (d_dot 64), >= 131.8 "
                           "(d_dot 128), >= 263.7 (d_dot 256).")

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from kernelzoo.analysis import tiers
+from kernelzoo.report.rankings import flag_words, tier_section
 
 ZOO = Path(__file__).resolve().parents[1] / "results" / "reference" / "zoo"
 
@@ -39,7 +40,7 @@ def test_overlapping_intervals_share_a_tier_and_bounds_stand_apart():
     assert {k: p.tier for k, p in placed.items()} == {"A": 1, "B": 1, "C": 1, "D": 2, "E": 2,
                                                       "F": None}
     assert placed["F"].efficiency == 4.0
-    lines = tiers.section(capacity, None)
+    lines = tier_section(capacity, None)
     row = next(line for line in lines if line.startswith("| F |"))
     assert "bound: >= 4.00" in row
     assert [line.split(" |")[0] for line in lines if line.startswith("| ")][1:] == [
@@ -57,7 +58,7 @@ def test_flags_are_measured_on_the_runs():
     capacity = capacity_of([("X", 64, 40, 40, 40, "fails_at")])
     found = tiers.flags(capacity, runs, 0.01, 0.99).iloc[0]
     assert found["diluted"] and found["partial"] and found["bound"] == []
-    assert tiers.flag_words(found) == "diluted read-out; partial retrieval"
+    assert flag_words(found) == "diluted read-out; partial retrieval"
 
 
 @pytest.mark.skipif(not (ZOO / "runs.parquet").exists(), reason="no committed zoo store")

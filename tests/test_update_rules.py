@@ -14,6 +14,7 @@ from synthetic import analyze_store, write_run, write_series
 from kernelzoo.analysis import update_rules
 from kernelzoo.analysis.capacity import capacity_table, seed_table
 from kernelzoo.analysis.runs import load_runs
+from kernelzoo.report.studies import update_rule_section
 
 TAU = 0.01
 DPFP1 = {"feature_map": "dpfp", "params": {"nu": 1}, "d_dot": 128, "task": "update"}
@@ -59,7 +60,7 @@ def test_rules_are_ranked_by_the_accuracy_criterion(tmp_path):
 def test_the_section_states_ranking_sum_rule_and_divergence(tmp_path):
     write_figure3_store(tmp_path / "f3")
     capacity, runs = tables(tmp_path / "f3")
-    text = "\n".join(update_rules.section(capacity, runs))
+    text = "\n".join(update_rule_section(capacity, runs))
     assert "Ranking (most keys first): DPFP-1: delta 101 > fwm 82 > sum <= 20." in text
     distinct = 82 * (1 - (1 - 1 / 82) ** 82)  # evaluation sequences of n_keys writes
     assert f"{distinct:.3g}" == "52"
@@ -86,7 +87,7 @@ def test_distinct_keys_as_drawn(length):
 def test_the_section_is_left_out_with_one_rule(tmp_path):
     write_series(tmp_path / "one", {20: 0.0005, 40: 0.3})
     capacity, runs = tables(tmp_path / "one")
-    assert update_rules.section(capacity, runs) == []
+    assert update_rule_section(capacity, runs) == []
 
 
 def test_the_report_carries_the_section(tmp_path):

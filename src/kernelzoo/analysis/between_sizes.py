@@ -1,6 +1,6 @@
 """How the maps' rankings move between sizes: the families present at two sizes, ranked per
-view at each, and why a family moves (``section``, the report's subsection after "Rankings per
-view"). Pure: it reads no file.
+view at each, and why a family moves (the report's subsection after "Rankings per view" is
+``report.rankings.between_sizes``). Pure: it reads no file.
 
 Its rule is stated once, in docs/analysis.md ("Rankings between sizes").
 """
@@ -55,20 +55,20 @@ def _differences(a, b, small: int, large: int) -> list[str]:
 
 
 def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
-         large: int) -> tuple[str, list[str]]:
-    """Family ``name``'s table row (its rank at both sizes per view, bold where it moved, and
-    why it moved: module docstring) and the views where its own efficiency change moved it,
-    each as "<view> <falls|rises>". ``orders[size, view]``: family -> rank; ``rows[size, view]``:
-    its ``efficiency_order`` rows by family; ``rows[size]``: its capacity rows by family."""
-    cells, own, other, changed = [], [], [], []
+         large: int) -> tuple[tuple, str, list[str]]:
+    """Family ``name``'s row: per view its ranks at both sizes ((small, large); None where it is
+    not ranked at both), why it moved (module docstring), and the views where its own efficiency
+    change moved it, each as "<view> <falls|rises>". ``orders[size, view]``: family -> rank;
+    ``rows[size, view]``: its ``efficiency_order`` rows by family; ``rows[size]``: its capacity
+    rows by family."""
+    ranked, own, other, changed = [], [], [], []
     for view in VIEWS:
         ra, rb = orders[small, view].get(name), orders[large, view].get(name)
         if ra is None or rb is None:
-            cells.append("–")
+            ranked.append(None)
             continue
-        moved = abs(ra - rb) >= GAP
-        cells.append(f"**{ra} -> {rb}**" if moved else f"{ra} -> {rb}")
-        if not moved:
+        ranked.append((ra, rb))
+        if abs(ra - rb) < GAP:
             continue
         a, b = rows[small, view].loc[name], rows[large, view].loc[name]
         change = _change(a, b, view)
@@ -87,20 +87,21 @@ def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
     if own:
         found = _differences(rows[small].loc[name], rows[large].loc[name], small, large)
         own.append("; ".join(found) or "no measured cause (the same diagnostics at both sizes)")
-    return f"| {name} | " + " | ".join(cells) + " | " + "; ".join(own + other) + " |", changed
+    return tuple(ranked), "; ".join(own + other), changed
 
 
 @dataclass(frozen=True)
 class SizePair:
     """Two neighbouring sizes compared: their families, each view's rank correlation between
-    the sizes (Spearman's rho, over how many families), the table's rows, and the families
-    their own efficiency change moved (family -> "<view> <falls|rises>" per view)."""
+    the sizes (Spearman's rho, over how many families), one row per family in the large size's
+    headline order (family, its ranks per view as ``_row`` gives them, what changes), and the
+    families their own efficiency change moved (family -> "<view> <falls|rises>" per view)."""
 
     small: int
     large: int
     families: list[str]
     rho: dict[str, tuple[float, int]]
-    rows: list[str]
+    rows: list[tuple[str, tuple, str]]
     moved: dict[str, list[str]]
 
 
@@ -139,21 +140,6 @@ def pairs(capacity: pd.DataFrame, family: dict[str, str]) -> list[SizePair]:
                 for name in sorted(common, key=lambda f: (orders[large, HEADLINE].get(f, math.inf),
                                                          natural_key(f)))}
         compared.append(SizePair(int(small), int(large), common, rho,
-                                 [line for line, _ in done.values()],
-                                 {name: moved for name, (_, moved) in done.items() if moved}))
+                                 [(name, ranked, why) for name, (ranked, why, _) in done.items()],
+                                 {name: moved for name, (_, _, moved) in done.items() if moved}))
     return compared
-
-
-def section(capacity: pd.DataFrame, family: dict[str, str], level: int = 2) -> list[str]:
-    """The rankings between sizes (``pairs``) as markdown headed at ``level`` + 1."""
-    lines = []
-    for pair in pairs(capacity, family):
-        lines += ["#" * (level + 1) + f" Between sizes: d_dot {pair.small} and {pair.large}", "",
-                  f"The {len(pair.families)} families present at both sizes, ranked among "
-                  "themselves at each (efficiency = failure point / d_dot); a rank in bold "
-                  f"moved by {GAP} places or more.", ""]
-        lines += [f"- {VIEW_WORDS[v]}: Spearman rho = {r:.2f} over {n} families."
-                  for v, (r, n) in pair.rho.items()]
-        lines += ["", "| family | " + " | ".join(f"{VIEW_WORDS[v]} rank" for v in VIEWS)
-                  + " | what changes |", "|---|" + "---|" * (len(VIEWS) + 1), *pair.rows, ""]
-    return lines

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.analysis.labels import natural_key
 
 LEVEL = 0.95
@@ -180,21 +180,6 @@ def simple_table(capacity: pd.DataFrame, seeds: pd.DataFrame) -> list[SimpleEffe
     return [e for d in designs(capacity) for e in simple_effects(d, seeds)]
 
 
-def simple_words(found: list[SimpleEffect], view: str) -> list[str]:
-    """Per interaction in ``view``: "interaction input_scale x redraw x1.91 [1.62, 2.25] (its
-    interval excludes 1), each at each level of the other: input_scale x1.13 [0.896, 1.42] at
-    redraw=every_call, x4.13 [3.28, 5.21] at redraw=never; ..."."""
-    by: dict[str, dict[str, list[SimpleEffect]]] = {}
-    for e in found:
-        if e.view == view:
-            by.setdefault(e.interaction, {}).setdefault(e.factor, []).append(e)
-    return [f"interaction {interaction} (its interval excludes 1), each at each level of the "
-            "other: " + "; ".join(
-        f"{factor} " + ", ".join(f"x{e.ratio:.3g} [{e.low:.3g}, {e.high:.3g}] at {e.at}"
-                                 for e in mine) for factor, mine in factors.items())
-            for interaction, factors in by.items()]
-
-
 def effects(design: Design, seeds: pd.DataFrame) -> pd.DataFrame:
     """One row per view and effect of ``design``: the effect's name, ratio (exp of the log
     effect), interval, the seeds in all, and how many of its values are bounds."""
@@ -220,50 +205,3 @@ def table(capacity: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
                                                          for name, (low, high) in d.factors))
               for d in designs(capacity)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def section(found: pd.DataFrame) -> list[str]:
-    """The report's "Factorial" section from ``table``'s rows; [] without a design."""
-    if found.empty:
-        return []
-    lines = ["## Factorial", ""]
-    for title, rows in found.groupby("design", sort=False):
-        lines += [f"### {title}", "", f"Factors (low -> high): {rows['factors'].iloc[0]}; "
-                  f"{rows['seeds'].iloc[0]} seeds in all.", "",
-                  "| effect | " + " | ".join(VIEW_WORDS[v] for v in VIEWS) + " |",
-                  "|---|" + "---|" * len(VIEWS)]
-        for effect, of_effect in rows.groupby("effect", sort=False):
-            cells = []
-            for view in VIEWS:
-                r = of_effect[of_effect["view"] == view]
-                if r.empty:
-                    cells.append("-")
-                    continue
-                cells.append(effect_cell(r.iloc[0]))
-            lines.append(f"| {effect} | " + " | ".join(cells) + " |")
-        lines.append("")
-    return lines
-
-
-def effect_cell(r) -> str:
-    """One effect in one view: its ratio on the failure point, 95% interval, bound seeds."""
-    return (f"x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
-            + (f" ({r.bounds} bounds)" if r.bounds else ""))
-
-
-def summary(effects: pd.DataFrame, simple: list[SimpleEffect] = ()) -> list[str]:
-    """docs/results.md's lines per 2^k design (``table``'s rows or factorial.csv): each view's
-    main effects and two-factor interactions, and the ``simple`` effects where an interaction's
-    interval excludes 1."""
-    lines = []
-    for title, rows in effects.groupby("design", sort=False):
-        lines += [f"Factorial {title} ({rows['factors'].iloc[0]}; {rows['seeds'].iloc[0]} "
-                  "seeds): each change's ratio on the failure point, 95% interval "
-                  "(`analysis/factorial.py`):", ""]
-        for view, of_view in rows[rows["order"] <= 2].groupby("view", sort=False):
-            lines.append(f"- {VIEW_WORDS[view]}: " + "; ".join(
-                f"{r.effect} {effect_cell(r)}" for r in of_view.itertuples()) + ".")
-            mine = [e for e in simple if e.design == title]
-            lines += [f"  - {words}." for words in simple_words(mine, view)]
-        lines.append("")
-    return lines

@@ -1,7 +1,7 @@
 """Is a failure point capacity, or optimisation? It is tested against the training settings
 that could set it: the learning rate (experiment ``lr_robustness``) and the stopping rule's
 patience (``lr_patience``). The step cap only stops a run, so a larger cap changes only the runs
-that reached it: the report counts them. Pure: it reads no file.
+that reached it: the report counts them (``report.studies``). Pure: it reads no file.
 
 Its rule is stated once, in docs/analysis.md ("Capacity or optimisation: the learning rate and the stopping rule").
 """
@@ -16,10 +16,9 @@ import pandas as pd
 from scipy import stats
 
 from kernelzoo.analysis import censored
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, seed_table
+from kernelzoo.analysis.capacity import SUFFIX, VIEWS, seed_table
 from kernelzoo.analysis.published import PUBLISHED_LR, PUBLISHED_STOPPING
-from kernelzoo.analysis.labels import cell, natural_key
-from kernelzoo.config.words import plural
+from kernelzoo.analysis.labels import natural_key
 
 MARGIN = 0.1  # delta = MARGIN x d_dot keys
 ALPHA = 0.05
@@ -27,8 +26,7 @@ VERDICTS = ("rises beyond the margin", "rises within the margin", "does not move
 RISES = VERDICTS[:2]
 POWER = 0.5  # the power to say "does not move" below which it cannot tell
 DETECT = 0.8  # the power at which the smallest detectable rise is given
-BOUND_WORDS = {"never_fails": "lower bounds", "fails_everywhere": "upper bounds"}
-BOUNDS = tuple(BOUND_WORDS)
+BOUNDS = ("never_fails", "fails_everywhere")  # the outcomes whose seed values are bounds
 
 
 def _spread(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -63,9 +61,6 @@ def paired(base, other) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 TESTS = {"welch": welch, "paired": paired}
-TEST_WORDS = {"welch": "Welch's test", "paired": "the paired test"}
-WHAT_D = {"welch": f"Differences of mean failure points over seeds ({TEST_WORDS['welch']})",
-          "paired": f"Mean over seeds of each seed's difference ({TEST_WORDS['paired']})"}
 
 
 def bounds(test, level: float) -> tuple[np.ndarray, np.ndarray]:
@@ -251,80 +246,3 @@ def seeds_for(setting: Setting, runs: pd.DataFrame, seeds: pd.DataFrame, thresho
     if setting.test != "paired" or "label" not in runs:
         return seeds
     return seed_table(common_probes(runs, setting), threshold, accuracy_threshold)
-
-
-def _seeds_cell(n: list[int]) -> str:
-    return f"{n[0]} each" if len(set(n)) == 1 else ", ".join(map(str, n))
-
-
-def verdict_words(r) -> str:
-    """A row's verdict with what it rests on: "does not move (power 62%; detects +4.1 keys at
-    80%)", "cannot tell: bounded at 264", "rises within the margin (+1.55 [0.96])"."""
-    if r.verdict in RISES:
-        _, d, low, _ = max(r.differences, key=lambda x: x[2])
-        return f"{r.verdict} ({'bounds' if pd.isna(d) else f'{d:+.3g}'} [{cell(low)}])"
-    if r.verdict == VERDICTS[3] and r.bounded_at and not np.isfinite(r.detectable):
-        return f"{r.verdict}: bounded at {r.bounded_at}"
-    power = "" if pd.isna(r.power) else f"power {r.power:.0%}; "
-    detect = (f"detects +{r.detectable:.3g} keys at {DETECT:.0%}" if np.isfinite(r.detectable)
-              else "no rise detectable over its bounds")
-    return f"{r.verdict} ({power}{detect})"
-
-
-def section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame,
-            threshold: float | None = None, accuracy_threshold: float | None = None) -> list[str]:
-    """The report's sections of the optimisation test, one per setting that varies ("Learning
-    rate", "Stopping rule", which also counts the ``runs`` that reached the step cap); [] without
-    configurations run at several levels of one. With the thresholds, the paired test reads its
-    seeds over the common probes (``seeds_for``)."""
-    out = []
-    for setting in SETTINGS:
-        mine = seeds if threshold is None else seeds_for(setting, runs, seeds, threshold,
-                                                          accuracy_threshold)
-        found = table(mine, capacity, setting)
-        if found.empty:
-            continue
-        published = setting.words(setting.base)
-        out += [f"### {setting.heading}", "",
-                f"{WHAT_D[setting.test]}, each level minus the published one ({published}), in "
-                "keys: d [one-sided (1 - 0.05/m) lower bound, one-sided 95% upper bound]; "
-                "\"bounds\" where a seed is a bound (the ends then hold for every value it "
-                "allows).", "",
-                f"| configuration | view | levels | seeds per level | median at {published} | "
-                f"difference from {published} | margin delta (keys) | verdict | largest upper "
-                "bound: the margin it decides above (keys) | seed values that are bounds |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in found.itertuples():
-            diffs = "; ".join(f"{lv}: {'bounds' if pd.isna(d) else f'{d:+.3g}'} "
-                              f"[{cell(low)}, {cell(high)}]"
-                              for lv, d, low, high in r.differences)
-            bound_cell = (", ".join(f"{n} of {r.values} {o} ({BOUND_WORDS[o]})"
-                                    for o, n in r.bounds.items())
-                          + ", as intervals") if r.bounds else "none"
-            out.append(f"| {r.label} | {VIEW_WORDS[r.view]} | {r.levels} | {_seeds_cell(r.n)} | "
-                       f"{r.base} | {diffs} | {cell(r.margin)} | {verdict_words(r)} | "
-                       f"{cell(r.decided_at)} | {bound_cell} |")
-        out.append("")
-        for view in VIEWS:
-            mine = found[found["view"] == view]
-            counts = "; ".join(f"{v}: {int((mine['verdict'] == v).sum())}" for v in VERDICTS)
-            moved = mine.loc[mine["verdict"].isin(RISES), "label"]
-            out.append(f"- {VIEW_WORDS[view]} view, {plural(len(mine), 'configuration')}: "
-                       f"{counts}" + (f" (rises: {', '.join(moved)})" if len(moved) else "")
-                       + ".")
-        if setting is STOPPING_RULE:
-            out.append(cap_line(runs))
-        out.append("")
-    return ["## Capacity or optimisation?", "", *out] if out else []
-
-
-def cap_line(runs: pd.DataFrame) -> str:
-    """The step cap's check: a run that stopped before the cap trains the same steps under any
-    larger cap, so doubling it can change only the runs that reached it."""
-    capped = int((runs["status"] == "max_steps").sum())
-    cap = PUBLISHED_STOPPING["trainer.max_steps"]
-    return (f"- Step cap: {capped} of {plural(len(runs), 'run')} reached it (status max_steps; "
-            f"published cap {int(cap):,} steps). A run that stops before the cap trains the same "
-            "steps under any larger cap, so doubling it changes "
-            + ("no run here." if capped == 0 else
-               f"only the {plural(capped, 'run')} that reached it."))

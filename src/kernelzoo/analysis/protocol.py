@@ -1,11 +1,12 @@
-"""Which protocol the runs of a store were trained with, said in one line.
+"""Which protocol the runs of a store were trained with (the report says it in one line:
+``report.markdown.protocol_line``).
 
 The published protocol is the trainer schema's defaults (``kernelzoo.config.TrainerConf``,
 which ``conf/trainer/paper.yaml`` spells out: at most 100,000 steps, patience 10, ...). A run's
 trainer settings are those its config.yaml recorded (``settings.of_config``: how it was trained,
-not where), and its learning rate. ``line`` names every setting some run had otherwise, with
-the values seen, and counts the runs that stopped at their step cap rather than by the stopping
-rule: a failure there may be slow learning rather than lack of capacity.
+not where), and its learning rate. ``departures`` names every setting some run had otherwise,
+with the values seen, and ``capped`` counts the runs that stopped at their step cap rather than
+by the stopping rule: a failure there may be slow learning rather than lack of capacity.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from dataclasses import fields
 import pandas as pd
 
 from kernelzoo.config import TrainerConf, show
-from kernelzoo.config.words import plural
 
 PUBLISHED = {f"trainer.{f.name}": f.default for f in fields(TrainerConf)}
 
@@ -43,18 +43,3 @@ def capped(runs: pd.DataFrame) -> tuple[int, int]:
     """(runs that stopped at their step cap, runs trained): infeasible points train nothing."""
     trained = runs[runs["status"] != "infeasible"]
     return int((trained["status"] == "max_steps").sum()), len(trained)
-
-
-def line(runs: pd.DataFrame) -> str:
-    """The report's first line: the protocol, and how many runs hit the step cap."""
-    away = departures(runs)
-    if away:
-        what = "not the published one: " + "; ".join(
-            f"{key.removeprefix('trainer.')} {', '.join(values)} (published "
-            f"{format_value(PUBLISHED[key])})" for key, values in away.items())
-    else:
-        what = "the published one (trainer=paper)"
-    hit, trained = capped(runs)
-    return (f"**Protocol**: {what}. **Step cap**: {hit} of {plural(trained, 'run')} "
-            "stopped at it" + (", not by the stopping rule: a failure there may be slow "
-                               "learning rather than lack of capacity." if hit else "."))

@@ -1,7 +1,7 @@
 """Maps ranked by capacity efficiency in each view: the sizes a store's configurations group
 into (``sizes``), their ranks per view (``ranks``, which ``between_sizes.py`` compares between
-sizes), what limits a map in every view (``limits``), and the report's headline view and the
-views' rank correlations (``efficiency_table``, ``view_rhos``). Within a size the report shows
+sizes), what limits a map in every view (``limits``), the report's headline view
+(``HEADLINE``) and the views' rank correlations (``view_rhos``). Within a size the report shows
 tiers, not ranks (``tiers.py``). Pure: it reads no file.
 
 Its rule is stated once, in docs/analysis.md ("Rankings per view and why they disagree").
@@ -14,9 +14,9 @@ import math
 import pandas as pd
 from scipy import stats
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.analysis.efficiency import efficiency_order
-from kernelzoo.analysis.labels import bound, cell, size_groups
+from kernelzoo.analysis.labels import size_groups
 
 GAP = 2          # places a family's rank moves between sizes that count (between_sizes.py)
 DILUTED = 1.5    # the accuracy view's failure point over the loss view's that counts as diluted
@@ -76,17 +76,6 @@ def efficiency_cell(r, view: str) -> str:
     return f"{ratio:.2f} [{r['efficiency_low']:.2f}, {r['efficiency_high']:.2f}]"
 
 
-def efficiency_table(capacity: pd.DataFrame) -> list[str]:
-    """The report's efficiency heading: which view headlines, the rank correlation between the
-    views' orders, and where the loss view fails well before the accuracy view; the tiers
-    follow (``tiers.section``)."""
-    if len(efficiency_order(capacity, HEADLINE)) < 2:
-        return []
-    return ["## Capacity efficiency (failure point / d_dot), per view", "",
-            f"Headlined by the {VIEW_WORDS[HEADLINE]} view (docs/analysis.md, \"Which view "
-            "headlines the rankings\").", "", *view_agreement(capacity), ""]
-
-
 def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:
     """(view, other view, Spearman's rho of their failure point / d_dot, configurations) for
     each pair of views over the configurations with a bounded d_dot ranked in both (3 or more)."""
@@ -98,20 +87,3 @@ def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:
                 found.append((v, w, stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic,
                               len(both)))
     return found
-
-
-def view_agreement(capacity: pd.DataFrame) -> list[str]:
-    """Spearman's rho between each pair of views' efficiency orders (``view_rhos``), and the
-    configurations whose loss view fails well before their accuracy view (dilution: the loss
-    crosses tau while the keys are still answered right)."""
-    lines = [f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = {rho:.2f} over {n} "
-             "configurations." for v, w, rho, n in view_rhos(capacity)]
-    found = capacity[diluted(capacity)]
-    if len(found):
-        lines.append("- Loss view failing before the accuracy view (the read-out is diluted: the "
-                     "loss crosses tau while the keys are still answered right; ratio "
-                     f"accuracy / loss above {DILUTED:g}): " + "; ".join(
-                         f"{r.label} {cell(r.observed_capacity)} against "
-                         f"{bound(r.observed_capacity_acc, r.outcome_acc)}"
-                         for r in found.itertuples()) + ".")
-    return lines

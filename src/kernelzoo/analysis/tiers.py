@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, value_column
+from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.rankings import limits, sizes
-from kernelzoo.analysis.labels import bound, natural_key
 
 PARTIAL = 1.5  # keys retrieved over the largest n_keys passing the accuracy view
 
@@ -106,20 +105,6 @@ def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
     return pd.DataFrame(rows)
 
 
-def flag_words(f) -> str:
-    """A configuration's flags as one table cell ("" for none)."""
-    words = (["diluted read-out"] if f.diluted else []) + \
-        (["partial retrieval"] if f.partial else []) + \
-        ([f"bound in {', '.join(f.bound)}"] if f.bound else []) + list(f.limits)
-    for key, name in (("blew_up", "denominator near zero"),
-                      ("learned_then_lost", "learned then lost"),
-                      ("never_learned", "never learned")):
-        n = getattr(f, key)
-        if not pd.isna(n) and n:
-            words.append(f"{name} ({int(n)} run{'s' * (int(n) > 1)})")
-    return "; ".join(words)
-
-
 BEARS = {("loss", "accuracy"): ("diluted", None), ("accuracy", "keys_retrieved"): (None, "partial"),
          ("loss", "keys_retrieved"): ("diluted", "partial")}  # (worse in the first, better in
 # the second): the flag that bears on a swap between the two views
@@ -146,54 +131,3 @@ def explains(tier_rows: pd.DataFrame, flag_rows: pd.DataFrame) -> tuple[int, int
                     borne += any(flagged.loc[low_a, f] and not flagged.loc[high_a, f]
                                  for f in (worse_a, better_b) if f)
     return borne, swaps
-
-
-def _bound(r, view: str) -> str:
-    """A capacity row's failure point in ``view`` as ``style.bound`` writes it."""
-    return bound(getattr(r, value_column(view)), getattr(r, f"outcome{SUFFIX[view]}"))
-
-
-def _headline_key(p: Placed | None) -> tuple:
-    """Rows in accuracy-view order: by tier, then efficiency; bounds and the rest after."""
-    if p is None:
-        return (2, 0.0)
-    return (0, p.tier, -p.efficiency) if p.tier is not None else (1, -p.efficiency)
-
-
-def section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None, level: int = 2) -> list[str]:
-    """The report's tiers per size, one column per view (tier and efficiency, or the bound),
-    and each configuration's flags (none without ``flag_rows``)."""
-    placed = tiers(capacity)
-    if not placed:
-        return []
-    by = {(p.label, p.view): p for p in placed}
-    flagged = {} if flag_rows is None else {f.label: flag_words(f)
-                                            for f in flag_rows.itertuples()}
-    lines = ["#" * level + " Tiers per view", ""]
-    for size in sorted({p.size for p in placed}):
-        labels = sorted({p.label for p in placed if p.size == size}, key=natural_key)
-        if len(labels) < 2:
-            continue
-        labels.sort(key=lambda x: _headline_key(by.get((x, "accuracy"))))
-        lines += ["#" * (level + 1) + f" d_dot {size}", "",
-                  "| configuration | " + " | ".join(f"{VIEW_WORDS[v]}: tier, efficiency"
-                                                   for v in VIEWS) + " | measured flags |",
-                  "|---|" + "---|" * (len(VIEWS) + 1)]
-        for label in labels:
-            cells = []
-            for view in VIEWS:
-                p = by.get((label, view))
-                if p is None:
-                    cells.append("–")
-                elif p.tier is None:
-                    sign = ">=" if p.outcome == "never_fails" else "<="
-                    cells.append(f"bound: {sign} {p.efficiency:.2f}")
-                else:
-                    cells.append(f"{p.tier}: {p.efficiency:.2f} [{p.low:.2f}, {p.high:.2f}]")
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {flagged.get(label, '')} |")
-        unbounded = capacity[capacity["predicted_capacity"].isna()
-                             & capacity["d_key"].isin(sizes(capacity)[size])]
-        lines += [""] + [f"Reference, no d_dot: {r.label}, failure point " + "; ".join(
-            f"{VIEW_WORDS[v]} {_bound(r, v)}" for v in VIEWS) + "." for r in unbounded.itertuples()]
-        lines += [""] if len(unbounded) else []
-    return lines

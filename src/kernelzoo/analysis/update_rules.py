@@ -20,7 +20,7 @@ L = S (the authors' quirk; training ones 2S), about 0.63 S distinct keys, so a s
 expected to hold up to about d_dot / 0.63 = 1.58 d_dot keys. The table gives the distinct keys
 of an evaluation sequence at each failure point against d_dot.
 
-The section also says, per sum-rule configuration, whether the sum rule retrieves at all when
+The report's section (``report.studies``) also says, per sum-rule configuration, whether the sum rule retrieves at all when
 keys are written again (Setting 2: a key's answer is the LAST value written, and the sum rule
 only adds), and lists the runs that diverged with the reason their summary gives.
 """
@@ -32,7 +32,6 @@ import math
 import pandas as pd
 
 from kernelzoo.analysis import rank_bound
-from kernelzoo.analysis.labels import bound, cell, natural_key
 
 ORDER = {"never_fails": 2, "fails_at": 1, "fails_everywhere": 0, "no_data": -1}
 
@@ -50,11 +49,6 @@ def fwm_floor(n_keys: int, d_dot=None, replacement: bool = True, max_queries: in
 
 def _map_label(label: str, rule: str) -> str:
     return " ".join(t for t in label.split() if t != rule)
-
-
-def _value(r) -> str:
-    """A failure point under the accuracy criterion, bounds as inequalities."""
-    return bound(r.observed_capacity_acc, r.outcome_acc)
 
 
 def table(capacity: pd.DataFrame) -> pd.DataFrame:
@@ -80,83 +74,3 @@ def distinct_keys(n_keys: float, length: float, replacement: bool) -> float:
     if not replacement:
         return min(n_keys, length)
     return n_keys * (1 - (1 - 1 / n_keys) ** length)
-
-
-def _distinct_at_failure(r, runs: pd.DataFrame) -> str:
-    """The distinct keys of an evaluation sequence at the failure point (accuracy criterion),
-    and their ratio to d_dot; "–" when the runs' evaluation lengths differ in kind."""
-    mine = runs[runs["label"] == r.label]
-    n = r.observed_capacity_acc
-    if mine.empty or pd.isna(n):
-        return "–"
-    if (mine["eval_seq_len"] == mine["n_keys"]).all():
-        length = n  # the default: evaluation sequences of n_keys writes
-    elif mine["eval_seq_len"].nunique() == 1:
-        length = float(mine["eval_seq_len"].iloc[0])
-    else:
-        return "–"
-    distinct = distinct_keys(n, length, bool((mine["task"] == "update").all()))
-    text = bound(distinct, r.outcome_acc)
-    return text + (f" ({distinct / r.d_dot:.2f})" if pd.notna(r.d_dot) else "")
-
-
-def sum_rule_lines(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
-    """Per sum-rule configuration trained with replacement: does it retrieve at all?"""
-    replaced = runs[runs["task"] == "update"]
-    lines = []
-    for r in capacity[capacity["update_rule"] == "sum"].itertuples():
-        if r.label not in set(replaced["label"]):
-            continue
-        if r.outcome_acc == "fails_everywhere":
-            verdict = (f"fails at every n_keys tried ({_value(r)}): with replacement it cannot "
-                       "retrieve, since it adds each write to the old value instead of "
-                       "replacing it")
-        elif r.outcome_acc == "never_fails":
-            verdict = f"never fails ({_value(r)}): it handles replacement at every size tried"
-        else:
-            ratio = "" if pd.isna(r.d_dot) else f", {r.observed_capacity_acc / r.d_dot:.2f} d_dot"
-            verdict = f"holds up to {_value(r)} keys with replacement{ratio}"
-        lines.append(f"- {r.label}: {verdict}.")
-    return lines
-
-
-def diverged_lines(runs: pd.DataFrame) -> list[str]:
-    """One line per configuration with diverged runs: where, and the reason recorded."""
-    lines = []
-    for label, group in runs[runs["status"] == "diverged"].groupby("label"):
-        total = int((runs["label"] == label).sum())
-        keys = ", ".join(str(n) for n in sorted(group["n_keys"].unique()))
-        reasons = sorted(set(group["reason"].dropna()), key=natural_key)
-        lines.append(f"- {label}: {len(group)} of {total} runs, at n_keys {keys}. "
-                     + (f"First reason: {reasons[0]}" if reasons else "No reason recorded.")
-                     + (f" ({len(reasons) - 1} more)" if len(reasons) > 1 else ""))
-    return lines
-
-
-def section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
-    """The report's "Update rules" section; [] unless the experiment has several rules."""
-    found = table(capacity)
-    if found.empty:
-        return []
-    lines = ["## Update rules", "", "| map | rank | update rule | d_dot | failure point (accuracy) | outcome | "
-             "ratio to d_dot | distinct keys there (/ d_dot) | failure point (loss) | keys "
-             "retrieved |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in found.itertuples():
-        loss = f"{cell(r.observed_capacity)} ({r.outcome})" + (
-            " (LayerNorm output: at least 0.5 / S)" if r.update_rule == "fwm" else "")
-        ratio = r.observed_capacity_acc / r.d_dot if pd.notna(r.d_dot) else math.nan
-        lines.append(f"| {r.map} | {r.rank} | {r.update_rule} | {cell(r.d_dot)} | {_value(r)} "
-                     f"| {r.outcome_acc} | {cell(ratio, 2)} | {_distinct_at_failure(r, runs)} "
-                     f"| {loss} | {bound(r.observed_capacity_keys, r.outcome_keys)} |")
-    ranked = [f"{name}: " + " > ".join(f"{r.update_rule} {_value(r)}" for r in g.itertuples())
-              for name, g in found.groupby("map", sort=False) if len(g) > 1]
-    if ranked:
-        lines += ["", "Ranking (most keys first): " + "; ".join(ranked) + "."]
-    sums = sum_rule_lines(capacity, runs)
-    if sums:
-        lines += ["", "The sum rule with replacement:", "", *sums]
-    diverged, n = diverged_lines(runs), int((runs["status"] == "diverged").sum())
-    lines += ["", f"Runs that diverged: {n}" + (" (a non-finite loss; the failure-point rule "
-                                               "counts them as failures):" if n else "."),
-              *diverged, ""]
-    return lines

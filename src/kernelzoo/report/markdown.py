@@ -14,23 +14,39 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelzoo.analysis import (between_sizes, factorial, optimisation, protocol, scaling, tiers,
-                                update_rules)
+from kernelzoo.analysis import protocol, tiers
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.labels import bound, cell, natural
 from kernelzoo.analysis.pipeline import Analysis
-from kernelzoo.analysis.rankings import efficiency_table
 from kernelzoo.records.files import atomic_write_text
 from kernelzoo.records.history import experiment_points
 from kernelzoo.report.appendix import (PUBLISHED_NOTE, REFERENCE_NOTE, listing, figure_lines,
                                        noise, sweep_lines)
+from kernelzoo.report.rankings import between_sizes_section, efficiency_section, tier_section
+from kernelzoo.report.scaling import scaling_section
 from kernelzoo.report.sections import (SHOWN, prediction_section, rank_bound_section, rank_changes,
                                        stall_section)
+from kernelzoo.report.studies import factorial_section, optimisation_section, update_rule_section
 from kernelzoo.report.verdicts import verdict_lines, verdicts
 from kernelzoo.config.words import plural
 
 RULES = Path(__file__).resolve().parents[3] / "docs" / "analysis.md"
 
+
+
+def protocol_line(runs: pd.DataFrame) -> str:
+    """The report's first line: the protocol, and how many runs hit the step cap."""
+    away = protocol.departures(runs)
+    if away:
+        what = "not the published one: " + "; ".join(
+            f"{key.removeprefix('trainer.')} {', '.join(values)} (published "
+            f"{protocol.format_value(protocol.PUBLISHED[key])})" for key, values in away.items())
+    else:
+        what = "the published one (trainer=paper)"
+    hit, trained = protocol.capped(runs)
+    return (f"**Protocol**: {what}. **Step cap**: {hit} of {plural(trained, 'run')} "
+            "stopped at it" + (", not by the stopping rule: a failure there may be slow "
+                               "learning rather than lack of capacity." if hit else "."))
 
 
 def observed(r, view: str = "loss") -> str:
@@ -164,7 +180,7 @@ def missing_lines(a: Analysis) -> list[str]:
 def write_report(a: Analysis, figures: list[Path], omitted: list[str]) -> Path:
     """report.md of ``a``; ``figures`` and ``omitted``: ``figures.all_figures``."""
     runs, capacity = a.runs, a.capacity
-    lines = [f"# Capacity analysis: `{a.experiment}`", "", protocol.line(runs), "", what_ran(a),
+    lines = [f"# Capacity analysis: `{a.experiment}`", "", protocol_line(runs), "", what_ran(a),
              "", "## Capacity", "",
              *capacity_lines(a), "", "## Verdicts", "", *verdict_lines(verdicts(a)), "",
              "The sections below are the detail behind the table and the verdicts.", "",
@@ -193,12 +209,12 @@ def write_report(a: Analysis, figures: list[Path], omitted: list[str]) -> Path:
         lines += ["", PUBLISHED_NOTE]
     family = {label: f.name for f in a.families for label in f.points["label"].unique()}
     flag_rows = tiers.flags(capacity, runs, a.threshold, a.accuracy_threshold)
-    lines += ["", *efficiency_table(capacity), *tiers.section(capacity, flag_rows, level=3),
-              *between_sizes.section(capacity, family), *update_rules.section(capacity, runs),
-              *optimisation.section(a.seeds, capacity, runs, a.threshold, a.accuracy_threshold),
-              *scaling.section(list(a.families)), *rank_bound_section(capacity, runs),
+    lines += ["", *efficiency_section(capacity), *tier_section(capacity, flag_rows, level=3),
+              *between_sizes_section(capacity, family), *update_rule_section(capacity, runs),
+              *optimisation_section(a.seeds, capacity, runs, a.threshold, a.accuracy_threshold),
+              *scaling_section(list(a.families)), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),
-              *stall_section(runs, capacity, a.checked), *factorial.section(a.effects),
+              *stall_section(runs, capacity, a.checked), *factorial_section(a.effects),
               *probe_lines(a), *missing_lines(a), *figure_lines(figures, omitted)]
     path = a.exp_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")

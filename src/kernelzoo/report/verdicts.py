@@ -13,6 +13,8 @@ from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import bound, cell
 from kernelzoo.analysis.pipeline import Analysis
 from kernelzoo.config.words import plural
+from kernelzoo.report.scaling import law_words, short_verdict
+from kernelzoo.report.studies import TEST_WORDS, simple_words
 
 COLUMNS = ("verdict", "title", "evidence")  # verdicts.csv: which verdict, its heading, its line
 
@@ -75,9 +77,9 @@ def law(families) -> list[str]:
     def words(r) -> str:
         if pd.isna(r.b):  # a verdict on bounds alone
             mine = table[(table["family"] == r.family) & (table["view"] == r.view)]
-            return f"{r.family} {scaling.law_words(r, mine)}"
+            return f"{r.family} {law_words(r, mine)}"
         return (f"{r.family} b = {r.b:.2f} [{r.b_low:.2f}, {r.b_high:.2f}], p = "
-                f"{r.p_identity:.2g}, {scaling.short_verdict(r)} ({r.n_d_dot} levels)")
+                f"{r.p_identity:.2g}, {short_verdict(r)} ({r.n_d_dot} levels)")
 
     for view, rows in fits.groupby("view", sort=False):
         lines.append(f"- **n* = d_dot, {VIEW_WORDS[view]} view** (law fitted over the d_dot "
@@ -147,7 +149,7 @@ def optimisation_verdicts(a: Analysis) -> list[str]:
         undecided = found[found["verdict"] == optimisation.VERDICTS[3]]["decided_at"]
         undecided = undecided[undecided.map(lambda v: pd.notna(v) and v != float("inf"))]
         lines.append(f"- **Does the failure point move with the {setting.heading.lower()}?** "
-                     f"({optimisation.TEST_WORDS[setting.test]}, margin "
+                     f"({TEST_WORDS[setting.test]}, margin "
                      f"{optimisation.MARGIN:g} d_dot keys, "
                      f"{found['label'].nunique()} configurations) " + "; ".join(parts)
                      + (f"; those that cannot tell would decide above a margin of "
@@ -186,7 +188,7 @@ def factorial_verdict(a: Analysis) -> list[str]:
                      f"point [95%], {rows['seeds'].iloc[0]} seeds): " + "; ".join(
                          f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
                          for r in rows.itertuples() if r.effect not in interacting)
-                     + "".join(f"; {words}" for words in factorial.simple_words(simple, "loss"))
+                     + "".join(f"; {words}" for words in simple_words(simple, "loss"))
                      + ".")
     return lines
 
