@@ -121,22 +121,25 @@ def section(experiment: str, root: Path) -> list[str]:
             *capacity_lines(table), "", *verdict_lines(read_verdicts(store)), ""]
 
 
-def held_out(root: Path) -> pd.DataFrame:
-    """The predictors' held-out scores (``prediction.held_out``) over the stores it splits."""
+def predicted_stores(root: Path) -> pd.DataFrame:
+    """The capacity.csv rows of the stores the held-out scores split (``prediction.FIT``,
+    ``prediction.SCORE``), with their ``store``."""
     stores = [e for e in dict.fromkeys((*prediction.FIT, *prediction.SCORE))
               if (store_of(root, e) / "capacity.csv").exists()]
     table, _ = prediction.read_stores([store_of(root, e) / "capacity.csv" for e in stores])
-    return prediction.held_out(table) if not table.empty else pd.DataFrame()
+    return table
 
 
 def _score(r) -> str:
     return cell(r.score, 3) + (f" (c = {r.constant:.3g})" if pd.notna(r.constant) else "")
 
 
-def predictions(frame: pd.DataFrame) -> list[str]:
-    """The held-out scores of every predictor per view, against c·d_dot and raw d_dot."""
-    if frame.empty:
+def predictions(table: pd.DataFrame) -> list[str]:
+    """The held-out scores of every predictor per view, against c·d_dot and raw d_dot, and the
+    configurations where raw d_dot wins."""
+    if table.empty:
         return []
+    frame = prediction.held_out(table)
     fit = " and ".join(f"`{e}`" + (f" at d_dot {s}" if s else "") for e, s in prediction.FIT.items())
     test = " and ".join(f"`{e}` at d_dot {s}" for e, s in prediction.SCORE.items())
     lines = ["## Predicting the failure point, held out", "",
@@ -158,33 +161,41 @@ def predictions(frame: pd.DataFrame) -> list[str]:
     counts = [by[v, "d_dot"] for v in VIEWS]
     lines += ["| configurations scored (fitted on; bounds left out) | | "
               + " | ".join(f"{r.configurations} ({r.fitted_on}; {r.bounds_left_out})"
-                           for r in counts) + " |", ""]
+                           for r in counts) + " |", "",
+              "Where raw d_dot wins, per view: the predictors it scores below, and the scored "
+              "configurations where it is closer than c·d_dot and where no predictor is closer "
+              "(ties with the untrained rank, which equals d_dot where the features have full "
+              "rank, count for d_dot):", ""]
     for view in VIEWS:
         rows = frame[frame["view"] == view].set_index("predictor")["score"]
         beat_calibrated, _ = prediction.compared(frame, view, "c·d_dot")
         _, lose_to_d_dot = prediction.compared(frame, view, "d_dot")
+        closer, best = prediction.d_dot_wins(prediction.predict(table, view))
         lines.append(f"- {VIEW_WORDS[view]}: best {rows.idxmin()} {rows.min():.3f}; below "
                      f"c·d_dot ({rows['c·d_dot']:.3f}): {', '.join(beat_calibrated) or 'none'}; "
-                     f"raw d_dot ({rows['d_dot']:.3f}) wins over: "
-                     f"{', '.join(lose_to_d_dot) or 'none'}.")
+                     f"raw d_dot ({rows['d_dot']:.3f}) scores below "
+                     f"{', '.join(lose_to_d_dot) or 'none'}, is closer than c·d_dot on "
+                     f"{', '.join(closer) or 'none'} and closest of all on "
+                     f"{', '.join(best) or 'none'}.")
     return lines + [""]
 
 
-def predictors_csv(frame: pd.DataFrame) -> str:
+def predictors_csv(table: pd.DataFrame) -> str:
     """results/predictors.csv: ``prediction.held_out``'s table, 6 significant digits."""
-    return frame.to_csv(index=False, float_format="%.6g")
+    return prediction.held_out(table).to_csv(index=False, float_format="%.6g")
 
 
-def document(root: Path = ROOT, frame: pd.DataFrame | None = None) -> str:
-    """The whole of docs/results.md (``frame``: ``held_out(root)``, read when not given)."""
+def document(root: Path = ROOT, table: pd.DataFrame | None = None) -> str:
+    """The whole of docs/results.md (``table``: ``predicted_stores(root)``, read when not
+    given)."""
     lines = ["# Results of the committed studies", "",
              "Written by `scripts/results_doc.py` (`make docs`) from the analysed stores under "
              "`results/reference/`; `make test` fails when a number here differs from its store. "
              "The rules are in `docs/analysis.md`; each study's detail in its `report.md`.", ""]
     for experiment in STUDIES:
         lines += section(experiment, root)
-    frame = held_out(root) if frame is None else frame
-    return "\n".join(lines + predictions(frame)).rstrip() + "\n"
+    table = predicted_stores(root) if table is None else table
+    return "\n".join(lines + predictions(table)).rstrip() + "\n"
 
 
 def summary(root: Path = ROOT) -> list[str]:
@@ -228,12 +239,12 @@ def main(argv=None) -> None:
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
-        frame = held_out(args.root)
-        targets = {args.root / "docs" / "results.md": document(args.root, frame),
+        table = predicted_stores(args.root)
+        targets = {args.root / "docs" / "results.md": document(args.root, table),
                    args.root / "README.md": readme(read_text(args.root / "README.md"),
                                                    args.root)}
-        if not frame.empty:
-            targets[args.root / "results" / "predictors.csv"] = predictors_csv(frame)
+        if not table.empty:
+            targets[args.root / "results" / "predictors.csv"] = predictors_csv(table)
     except (StoreError, OSError, ValueError, KeyError) as err:  # a store that cannot be read
         print(f"error: {_problem(err)}; valid: analysed stores under "
               f"{args.root / 'results' / 'reference'} (make plots EXPERIMENT=<name> "

@@ -139,6 +139,22 @@ def test_the_held_out_split_fits_on_zoo_64_and_dot_scaling_and_scores_zoo_128():
     assert again.loc[("loss", "c·d_dot"), "score"] == pytest.approx(math.log(2) / 2)
 
 
+def test_where_raw_d_dot_wins_per_configuration():
+    table = stores()
+    at_d_dot = table["label"] == "zoo136"  # this one fails at d_dot itself
+    for s in ("", "_acc", "_keys"):
+        table.loc[at_d_dot, f"observed_capacity{s}"] = 136.0
+    found = prediction.predict(table, "loss")
+    assert list(found.observed.index) == ["zoo128", "zoo136"]
+    assert found.constants["c·d_dot"] == pytest.approx(0.7)  # the fit set is unchanged
+    errors = found.errors()
+    assert errors.loc["zoo136", "d_dot"] == pytest.approx(0, abs=1e-12)
+    assert errors.loc["zoo136", "c·d_dot"] == pytest.approx(-math.log(0.7))
+    assert errors.loc["zoo128", "c·d_dot"] == pytest.approx(0, abs=1e-12)
+    closer, best = prediction.d_dot_wins(found)
+    assert closer == ["zoo136"] and best == ["zoo136"]  # probe_rank ties there: d_dot counts
+
+
 def test_bounds_are_left_out_and_counted_not_scored():
     table = stores()
     bound = table["label"] == "zoo136"

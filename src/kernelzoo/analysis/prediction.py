@@ -197,25 +197,53 @@ def selected(table: pd.DataFrame, sizes: dict) -> pd.Series:
     return keep
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """One view's held-out predictions: the scored configurations' failure points
+    (``observed``, indexed by label) and each predictor's prediction of them (``predicted``, a
+    column per predictor), the constants (calibrated predictors), how many configurations they
+    were fitted on, and how many of the scored selection's were left out as bounds."""
+
+    observed: pd.Series
+    predicted: pd.DataFrame
+    constants: dict
+    fitted_on: int
+    bounds: int
+
+    def errors(self) -> pd.DataFrame:
+        """|ln(observed / predicted)| per configuration and predictor."""
+        return np.abs(np.log(self.predicted.rdiv(self.observed, axis=0)))
+
+
+def predict(table: pd.DataFrame, view: str, fit: dict = FIT, test: dict = SCORE) -> HeldOut:
+    """The predictions in ``view`` of the ``test`` configurations, constants fitted on the
+    ``fit`` ones (``table``: the stores' capacity.csv rows with a ``store`` column)."""
+    ok = eligible(table, view)
+    train, scoring = table[ok & selected(table, fit)], table[ok & selected(table, test)]
+    observed = train[value_column(view)].astype(float)
+    fitted, raw = bases(train), bases(scoring).set_axis(scoring["label"], axis=0)
+    constants = {p: constant(observed, fitted[p.removeprefix("c·")]) if len(train) else math.nan
+                 for p in PREDICTORS if p.startswith("c·")}
+    predicted = pd.DataFrame({p: raw[p.removeprefix("c·")] * constants.get(p, 1.0)
+                              for p in PREDICTORS}, index=raw.index)
+    return HeldOut(scoring[value_column(view)].astype(float).set_axis(scoring["label"]),
+                   predicted, constants, len(train), bounded(table[selected(table, test)], view))
+
+
 def held_out(table: pd.DataFrame, fit: dict = FIT, test: dict = SCORE) -> pd.DataFrame:
-    """One row per view and predictor: its kind, constant (calibrated ones), score on the
-    ``test`` configurations with constants fitted on the ``fit`` ones (``table``: the stores'
-    capacity.csv rows with a ``store`` column), and the counts: configurations scored,
-    fitted on, and left out of the scored selection as bounds."""
+    """One row per view and predictor: its kind, constant (calibrated ones), score (``predict``)
+    and the counts: configurations scored, fitted on, and left out of the scored selection as
+    bounds."""
     rows = []
     for view in VIEWS:
-        ok = eligible(table, view)
-        train, scoring = table[ok & selected(table, fit)], table[ok & selected(table, test)]
-        observed, at = (t[value_column(view)].astype(float) for t in (train, scoring))
-        fitted, raw = bases(train), bases(scoring)
+        found = predict(table, view, fit, test)
+        errors = found.errors()
         for p in PREDICTORS:
-            base = p.removeprefix("c·")
-            c = constant(observed, fitted[base]) if p != base and len(train) else math.nan
-            value = (error(at, raw[base] * (c if p != base else 1.0))
-                     if len(scoring) and (p == base or len(train)) else math.nan)
-            rows.append({"view": view, "predictor": p, "kind": kind(p), "constant": c,
-                         "score": value, "configurations": len(scoring), "fitted_on": len(train),
-                         "bounds_left_out": bounded(table[selected(table, test)], view)})
+            rows.append({"view": view, "predictor": p, "kind": kind(p),
+                         "constant": found.constants.get(p, math.nan),
+                         "score": float(errors[p].mean()) if len(errors) else math.nan,
+                         "configurations": len(errors), "fitted_on": found.fitted_on,
+                         "bounds_left_out": found.bounds})
     return pd.DataFrame(rows)
 
 
@@ -224,6 +252,15 @@ def compared(frame: pd.DataFrame, view: str, baseline: str) -> tuple[list[str], 
     rows = frame[frame["view"] == view].set_index("predictor")["score"]
     return ([p for p, s in rows.items() if s < rows[baseline]],
             [p for p, s in rows.items() if s > rows[baseline]])
+
+
+def d_dot_wins(found: HeldOut) -> tuple[list[str], list[str]]:
+    """The configurations where raw d_dot is closer than c·d_dot, and those where no predictor
+    is closer than raw d_dot (ties count for d_dot)."""
+    errors = found.errors()
+    closer = errors.index[errors["d_dot"] < errors["c·d_dot"]]
+    best = errors.index[errors["d_dot"] <= errors.min(axis=1)]
+    return list(closer), list(best)
 
 
 def read_stores(paths) -> tuple[pd.DataFrame, list[str]]:
