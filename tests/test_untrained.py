@@ -20,7 +20,7 @@ from kernelzoo.core.model import RetrievalModel
 from kernelzoo.core.task import RetrievalTask
 from kernelzoo.maps.catalog import build_feature_map
 from kernelzoo.training.runner import PROBE_OFFSET
-from kernelzoo.training.untrained import at_d_dot, untrained_ranks
+from kernelzoo.training.untrained import at_d_dot, main, untrained_ranks
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 
@@ -77,3 +77,17 @@ def test_a_committed_run_recorded_what_its_untrained_map_measures(run):
     assert rank == recorded["phi_rank_initial"]
     assert effective == pytest.approx(recorded["phi_effective_rank_initial"], rel=1e-6)
     assert at_d_dot(OmegaConf.load(path / "config.yaml")) == (rank, effective)  # n_keys = d_dot
+
+
+def test_the_command_prints_each_config_and_names_a_bad_one(tmp_path, capsys):
+    run = REFERENCE / "zoo" / "runs" / "cosformer-dkey32-S64-sum-seed2-b2e70474" / "config.yaml"
+    main([str(run)])
+    assert capsys.readouterr().out == (f"{run}: untrained rank 64.0, effective rank "
+                                       "42.765916288358206 at n_keys = d_dot\n")
+    for text, words in (("n_keys: [\n", "expected the node content"),
+                        ("n_keys: -3\n", "n_keys=-3 is invalid; valid: an integer >= 1")):
+        (tmp_path / "bad.yaml").write_text(text)
+        with pytest.raises(SystemExit) as err:
+            main([str(tmp_path / "bad.yaml")])
+        assert str(err.value).startswith(f"error: {tmp_path / 'bad.yaml'}: ")
+        assert words in str(err.value) and "\n" not in str(err.value)

@@ -20,6 +20,7 @@ import argparse
 import math
 
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -65,8 +66,11 @@ def main(argv=None) -> None:
     for path in parser.parse_args(argv).config:
         try:
             rank, effective = at_d_dot(typed(OmegaConf.load(path)))
-        except (OSError, ValueError, UsageError, OmegaConfBaseException) as err:
-            raise SystemExit(f"error: {path}: {err}; valid: a run's config.yaml") from None
+        except UsageError as err:
+            raise SystemExit(f"error: {path}: {err}") from None
+        except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as err:
+            raise SystemExit(f"error: {path}: {' '.join(str(err).split())}; valid: a run's "
+                             "config.yaml") from None
         print(f"{path}: untrained rank {rank}, effective rank {effective} at n_keys = d_dot")
 
 
