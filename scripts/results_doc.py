@@ -185,17 +185,15 @@ def predictors_csv(table: pd.DataFrame) -> str:
     return prediction.held_out(table).to_csv(index=False, float_format="%.6g")
 
 
-def document(root: Path = ROOT, table: pd.DataFrame | None = None) -> str:
-    """The whole of docs/results.md (``table``: ``predicted_stores(root)``, read when not
-    given)."""
+def document(root: Path = ROOT) -> str:
+    """The whole of docs/results.md."""
     lines = ["# Results of the committed studies", "",
              "Written by `scripts/results_doc.py` (`make docs`) from the analysed stores under "
              "`results/reference/`; `make test` fails when a number here differs from its store. "
              "The rules are in `docs/analysis.md`; each study's detail in its `report.md`.", ""]
     for experiment in STUDIES:
         lines += section(experiment, root)
-    table = predicted_stores(root) if table is None else table
-    return "\n".join(lines + predictions(table)).rstrip() + "\n"
+    return "\n".join(lines + predictions(predicted_stores(root))).rstrip() + "\n"
 
 
 def summary(root: Path = ROOT) -> list[str]:
@@ -240,7 +238,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     try:
         table = predicted_stores(args.root)
-        targets = {args.root / "docs" / "results.md": document(args.root, table),
+        targets = {args.root / "docs" / "results.md": document(args.root),
                    args.root / "README.md": readme(read_text(args.root / "README.md"),
                                                    args.root)}
         if not table.empty:
