@@ -31,10 +31,14 @@ EXTRA_COLUMNS = ("ci_level", "rank_bound",  # then each further view's columns, 
                                   "ratio", "outcome")
                    if column != "first_failure" or view != "keys_retrieved"),
                  "label")
-OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
+OUTCOMES = ("fails_at", "plateau", "fails_everywhere", "never_fails")  # tie-break order
+BOUNDS = ("never_fails", "fails_everywhere")  # outcomes whose value is a bound, not a point
+POINTS = ("fails_at", "plateau")  # outcomes whose value is a point
 
 
 LOSS_FLOOR = 1e-12  # losses are floored here before their log is taken
+PLATEAU_PROBES = 3  # the last probes over which a keys-retrieved count that stays flat ...
+PLATEAU_FLAT = 0.05  # ... within this share of its largest is a plateau, not a lower bound
 
 
 def failing(loss, diverged, threshold: float):
@@ -125,15 +129,30 @@ def keys_retrieved(n, accuracy, diverged) -> np.ndarray:
 
 def keys_failure(n, accuracy, diverged) -> SeedResult:
     """Keys-retrieved view: the max of ``keys_retrieved`` over the series (n sorted), located
-    ("fails_at", first_failure = the next probe above) when a probe above its n retrieves fewer."""
+    ("fails_at", first_failure = the next probe above) when a probe above its n retrieves fewer;
+    at the top probe, a "plateau" at that level when the count is flat (``plateau``), else
+    "never_fails" (a lower bound)."""
     n = np.asarray(n, float)
     if len(n) == 0:
         return SeedResult("no_data", math.nan, math.nan, math.nan)
     k = keys_retrieved(n, accuracy, diverged)
     top = int(np.flatnonzero(k == k.max())[-1])
     if top == len(n) - 1:
-        return SeedResult("never_fails", float(k[top]), math.nan, float(n[top]))
+        outcome = "plateau" if plateau(n, k) else "never_fails"
+        return SeedResult(outcome, float(k[top]), math.nan, float(n[top]))
     return SeedResult("fails_at", float(k[top]), float(n[top + 1]), float(n[top]))
+
+
+def plateau(n, k) -> bool:
+    """Whether a keys-retrieved series (``keys_retrieved`` ``k`` at probes ``n``, sorted) ends on
+    a plateau: each of its last PLATEAU_PROBES probes retrieves at least (1 - PLATEAU_FLAT) x its
+    largest count, and the top probe retrieves under (1 - PLATEAU_FLAT) x its n_keys (it answers
+    keys wrong: the count, not the probes, stopped rising)."""
+    n, k = np.asarray(n, float), np.asarray(k, float)
+    if len(k) < PLATEAU_PROBES:
+        return False
+    flat = bool((k[-PLATEAU_PROBES:] >= (1 - PLATEAU_FLAT) * k.max()).all())
+    return flat and bool(k[-1] < (1 - PLATEAU_FLAT) * n[-1])
 
 
 def series_results(series: pd.DataFrame, threshold: float, accuracy_threshold: float,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, value_column
+from kernelzoo.analysis.capacity import BOUNDS, POINTS, SUFFIX, VIEW_WORDS, VIEWS, value_column
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.rankings import limits, sizes
 from kernelzoo.analysis.labels import bound, natural_key
@@ -46,7 +46,7 @@ def tiers(capacity: pd.DataFrame) -> list[Placed]:
             for r in order.itertuples():
                 outcome = getattr(r, f"outcome{s}")
                 ratio = getattr(r, f"ratio{s}")
-                if outcome != "fails_at":
+                if outcome not in POINTS:
                     found.append(Placed(r.label, size, view, None, ratio, math.nan, math.nan,
                                         outcome))
                     continue
@@ -96,8 +96,7 @@ def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
                                index=partial_seeds.index.get_level_values(0)), seeds)
     rows = []
     for r in capacity.itertuples():
-        bounded = [VIEW_WORDS[v] for v in VIEWS if getattr(r, f"outcome{SUFFIX[v]}") in
-                   ("never_fails", "fails_everywhere")]
+        bounded = [VIEW_WORDS[v] for v in VIEWS if getattr(r, f"outcome{SUFFIX[v]}") in BOUNDS]
         rows.append({"label": r.label, "diluted": bool(diluted.get(r.label, False)),
                      "partial": bool(partial.get(r.label, False)), "bound": bounded,
                      "limits": limits(r) if not pd.isna(r.predicted_capacity) else [],
@@ -176,8 +175,9 @@ def section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None, level: int =
             continue
         labels.sort(key=lambda x: _headline_key(by.get((x, "accuracy"))))
         lines += ["#" * (level + 1) + f" d_dot {size}", "",
-                  "| configuration | " + " | ".join(f"{VIEW_WORDS[v]}: tier, efficiency"
-                                                   for v in VIEWS) + " | measured flags |",
+                  "| configuration | " + " | ".join(
+                      f"{VIEW_WORDS[v]}: tier, " + ("n* / d_dot" if v == "loss" else
+                                                    "keys / d_dot (argmax)") for v in VIEWS) + " | measured flags |",
                   "|---|" + "---|" * (len(VIEWS) + 1)]
         for label in labels:
             cells = []
@@ -189,7 +189,8 @@ def section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None, level: int =
                     sign = ">=" if p.outcome == "never_fails" else "<="
                     cells.append(f"bound: {sign} {p.efficiency:.2f}")
                 else:
-                    cells.append(f"{p.tier}: {p.efficiency:.2f} [{p.low:.2f}, {p.high:.2f}]")
+                    cells.append(f"{p.tier}: {'plateau ' * (p.outcome == 'plateau')}"
+                                 f"{p.efficiency:.2f} [{p.low:.2f}, {p.high:.2f}]")
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {flagged.get(label, '')} |")
         unbounded = capacity[capacity["predicted_capacity"].isna()
                              & capacity["d_key"].isin(sizes(capacity)[size])]

@@ -128,8 +128,9 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
         ax.set_yticks(np.arange(len(rows)),
                       [f"{r.label} ({r.d_dot})" for r in rows.itertuples()], fontsize=7)
         ax.set_ylim(len(rows) - 0.3, -0.6)  # the most efficient at the top
-        ax.set_xlabel("failure point / d_dot" + (" (log)" if ax.get_xscale() == "log" else ""),
-                      fontsize=8)
+        ax.set_xlabel(("failure point / d_dot" if view == "loss" else
+                       "failure point / d_dot (argmax: keys, not bounded by 1)")
+                      + (" (log)" if ax.get_xscale() == "log" else ""), fontsize=8)
         ax.set_title(f"{VIEW_WORDS[view]} view" + ("\n" + textwrap.fill(
             f"left out: {', '.join(left_out)} (fwm's loss is at least 0.5 / S)", 70)
             if left_out else ""), fontsize=8)

@@ -22,10 +22,11 @@ from kernelzoo.records.files import atomic_write
 DISPLAY_FLOOR = 1e-8  # losses are clipped here so that a loss of 0 still shows on a log axis
 
 
-OUTCOME_MARKERS = {"fails_at": "o", "never_fails": "^", "fails_everywhere": "v"}
+OUTCOME_MARKERS = {"fails_at": "o", "plateau": "s", "never_fails": "^", "fails_everywhere": "v"}
 
 
 OUTCOME_WORDS = {"fails_at": "fails at n*",
+                 "plateau": "plateau: keys retrieved flat at its level",
                  "never_fails": "never fails: lower bound",
                  "fails_everywhere": "fails everywhere: upper bound"}
 
