@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kernelzoo.analysis.censored import median, seed_intervals
 from kernelzoo.analysis.intervals import describe, median_interval
 from kernelzoo.analysis.labels import natural_key
 
@@ -200,15 +201,37 @@ def combine(outcomes) -> str:
     return max(OUTCOMES, key=lambda o: (counts[o], -OUTCOMES.index(o)))
 
 
+def censored_median(outcomes, values) -> tuple[float, float, float, float, str]:
+    """(median, low, high, level, outcome) over seeds, each bound the interval it allows
+    (``censored.median``): a point when the bounds lie beyond the middle seed (outcome: the
+    seeds' most common point outcome), else the bound it is: "never_fails" at its lowest value
+    when its highest is open, "fails_everywhere" at its highest when its lowest is 0, and
+    where both ends are finite the kind of bound most of the bounded seeds are (ties: a lower
+    bound)."""
+    outcomes = list(outcomes)
+    m = median(*seed_intervals(outcomes, list(values)))
+    if m.n == 0:
+        return math.nan, math.nan, math.nan, math.nan, combine(outcomes)
+    if m.point:
+        points = [o for o in outcomes if o in POINTS]
+        return m.value, m.low, m.high, m.level, combine(points) if points else "fails_at"
+    lower = sum(o == "never_fails" for o in outcomes) >= sum(o == "fails_everywhere"
+                                                             for o in outcomes)
+    if m.highest == math.inf or (m.lowest > 0 and lower):
+        return m.lowest, m.low, m.high, m.level, "never_fails"
+    return m.highest, m.low, m.high, m.level, "fails_everywhere"
+
+
 def _view(group: pd.DataFrame, view: str, predicted) -> dict:
     """One view's columns of a configuration's row from its seeds."""
     s = SUFFIX[view]
-    value, low, high, level = aggregate(group[f"value{s}"])
+    value, low, high, level, outcome = censored_median(group[f"outcome{s}"],
+                                                       group[f"value{s}"])
     if len(group) == 1 and group[f"outcome{s}"].iloc[0] == "fails_at" and view != "keys_retrieved":
         low, high = group[f"last_pass{s}"].iloc[0], group[f"first_failure{s}"].iloc[0]
     out = {f"observed_capacity{s}": value, f"ci_low{s}": low, f"ci_high{s}": high,
            f"ratio{s}": math.nan if pd.isna(predicted) else value / predicted,
-           f"outcome{s}": combine(group[f"outcome{s}"])}
+           f"outcome{s}": outcome}
     if view != "keys_retrieved":
         out[f"first_failure{s}"] = aggregate(group[f"first_failure{s}"])[0]
     if view == "loss":

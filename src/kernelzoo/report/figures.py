@@ -121,7 +121,7 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
                                    colors[r.label])
         ax.axvline(1.0, color="black", ls=":", lw=1)
         spread = rows[["efficiency", "efficiency_low", "efficiency_high"]].stack()
-        spread = spread[spread > 0]
+        spread = spread[(spread > 0) & np.isfinite(spread)]
         if len(spread) and spread.max() > 4 * spread.min():  # a wide range: log scale
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))

@@ -193,7 +193,7 @@ def factorial_verdict(a: Analysis) -> list[str]:
         interacting = {e.factor for e in simple}
         lines.append(f"- **Factorial, {design}** (loss view, each change's ratio on the failure "
                      f"point [95%], {rows['seeds'].iloc[0]} seeds): " + "; ".join(
-                         f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
+                         f"{r.effect} {factorial.effect_cell(r)}"
                          for r in rows.itertuples() if r.effect not in interacting)
                      + "".join(f"; {words}" for words in factorial.simple_words(simple, "loss"))
                      + ".")
