@@ -219,7 +219,7 @@ def law(d_dot, lowest, highest) -> CensoredLaw | None:
     u = x - xc
     dof = k - 2
     t = float(stats.t.ppf(0.5 + LEVEL / 2, dof))
-    if point.all():  # least squares: intervals.level_law's statements exactly
+    if point.all():  # least squares (tests/least_squares.py is its reference)
         sxx = float((u ** 2).sum())
         b = float((u * (lo - lo.mean())).sum() / sxx)
         c = float(lo.mean())

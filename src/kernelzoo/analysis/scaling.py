@@ -27,11 +27,10 @@ import pandas as pd
 
 from kernelzoo.analysis import censored, power
 from kernelzoo.analysis.capacity import POINTS, SUFFIX, VIEW_WORDS, VIEWS
-from kernelzoo.analysis.intervals import MIN_LEVELS
 from kernelzoo.analysis.labels import (canonical_params, format_value, map_label, natural_key,
                                        sizing_param)
 
-MIN_D_DOTS = MIN_LEVELS
+MIN_D_DOTS = censored.MIN_POINTS
 COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n_points",
            "n_d_dot", "a", "a_low", "a_high", "b", "b_low", "b_high", "p_identity",
            "follows_d_dot", "n_censored", "power", "verdict", "d_dot", "configurations",
