@@ -38,20 +38,12 @@ class LevelLaw:
     spread: float = field(default=math.nan, repr=False)  # t * residual sd (NaN: none)
     sxx: float = field(default=math.nan, repr=False)
 
-    @property
-    def follows(self) -> bool | None:
-        """True when n* = d_dot is not rejected at 5%; None without a test."""
-        return None if math.isnan(self.p_identity) else bool(self.p_identity >= 1 - LEVEL)
-
-    def curve(self, d_dot) -> np.ndarray:
-        return self.a * np.asarray(d_dot, float) ** self.b
-
     def band(self, d_dot) -> tuple[np.ndarray, np.ndarray]:
         """The law's 95% confidence band at ``d_dot`` (the t band of the fitted line)."""
         lx = np.log(np.asarray(d_dot, float))
         half = self.spread * np.sqrt(1 / self.levels + (lx - math.log(self.centre)) ** 2
                                      / self.sxx)
-        mid = np.log(self.curve(d_dot))
+        mid = math.log(self.a) + self.b * lx
         return np.exp(mid - half), np.exp(mid + half)
 
 
