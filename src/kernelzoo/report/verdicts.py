@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kernelzoo.analysis import (between_sizes, factorial, optimisation, rankings, scaling, tiers,
-                                update_rules)
+from kernelzoo.analysis import (between_sizes, factorial, optimisation, published, rankings,
+                                scaling, tiers, update_rules)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
 from kernelzoo.analysis.labels import bound, cell
 from kernelzoo.analysis.pipeline import Analysis
@@ -47,13 +47,15 @@ def paper_bound(capacity: pd.DataFrame) -> list[str]:
 
 
 def published_verdict(capacity: pd.DataFrame) -> list[str]:
-    """The authors' one published run against one new seed's 95% prediction interval, at the
-    resolution of their 20-key grid, with its rank among the seeds (``published.verdict``)."""
+    """The authors' one published run against one new seed's prediction interval (95% for a
+    seed that does not stall), at the resolution of their 20-key grid, with its rank among the
+    seeds (``published.verdict``)."""
     theirs = capacity[capacity["published_outcome"].notna()]
     if theirs.empty:
         return []
     return ["- **Against the authors' published losses** (loss view, ours against theirs; their "
-            "one run consistent with one new seed's 95% prediction interval or not): "
+            "one run consistent with one new seed's prediction interval or not, "
+            f"{published.LEVEL_WORDS}): "
             + "; ".join(f"{r.label} {bound(r.observed_capacity, r.outcome)} against "
                         f"{bound(r.published_capacity, r.published_outcome)}"
                         + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
