@@ -576,3 +576,10 @@ def test_the_configuration_median_treats_a_bound_as_the_interval_it_allows(outco
     got = censored_median(outcomes, values)
     assert got[:3] == expected[:3] and got[4] == expected[4]
     assert got[3] == pytest.approx(expected[3], nan_ok=True)
+
+
+def test_the_median_takes_the_outcome_of_the_seed_it_is():
+    """A plateau at 32, a lower bound at 32 and a failure at 29: the median is the plateau's
+    point, 32, and a plateau."""
+    assert censored_median(["plateau", "never_fails", "fails_at"], [32.0, 32.0, 29.0])[::4] == \
+        (32.0, "plateau")

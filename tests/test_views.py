@@ -181,3 +181,16 @@ def test_views_apart_carry_the_measured_flag_that_bears_on_them(tmp_path):
     report = (exp / "report.md").read_text()
     assert f"| {dpfp} | 32 | 1 | " in report and "| plateau 32 |" in report
     assert "| >= 29 |" in report
+
+
+def test_a_loss_view_above_the_accuracy_view_carries_the_loss_passing_wrong_keys(tmp_path):
+    """The loss stays under tau up to 48 keys while 3% to 5% of the keys are answered wrong
+    from 32: the accuracy view fails by 32, the loss view between 48 and 64; the row says the
+    two lie apart and that its loss passed runs with wrong keys."""
+    for n, loss, acc in ((16, 1e-4, 1.0), (32, 1e-3, 0.97), (48, 0.005, 0.95), (64, 0.05, 0.9),
+                         (96, 0.2, 0.6)):
+        write_run(tmp_path / "l", n_keys=n, loss=loss, accuracy=acc)
+    exp = analyze_store(tmp_path, "l", TAU)
+    flags = pd.read_csv(exp / "capacity_long.csv")["flags"].iloc[0]
+    assert "views apart (accuracy < loss, accuracy < keys retrieved): loss passes wrong keys, " \
+        "partial retrieval" in flags, flags

@@ -203,17 +203,18 @@ def combine(outcomes) -> str:
 
 def censored_median(outcomes, values) -> tuple[float, float, float, float, str]:
     """(median, low, high, level, outcome) over seeds, each bound the interval it allows
-    (``censored.median``): a point when the bounds lie beyond the middle seed (outcome: the
-    seeds' most common point outcome), else the bound it is: "never_fails" at its lowest value
+    (``censored.median``): a point when the bounds lie beyond the middle seed (outcome: that of
+    the seeds whose point is the median, else the seeds' most common point outcome), else the bound it is: "never_fails" at its lowest value
     when its highest is open, "fails_everywhere" at its highest when its lowest is 0, and
     where both ends are finite the kind of bound most of the bounded seeds are (ties: a lower
     bound)."""
-    outcomes = list(outcomes)
-    m = median(*seed_intervals(outcomes, list(values)))
+    outcomes, values = list(outcomes), list(values)
+    m = median(*seed_intervals(outcomes, values))
     if m.n == 0:
         return math.nan, math.nan, math.nan, math.nan, combine(outcomes)
     if m.point:
-        points = [o for o in outcomes if o in POINTS]
+        at = [o for o, v in zip(outcomes, values) if o in POINTS and v == m.value]
+        points = at or [o for o in outcomes if o in POINTS]
         return m.value, m.low, m.high, m.level, combine(points) if points else "fails_at"
     lower = sum(o == "never_fails" for o in outcomes) >= sum(o == "fails_everywhere"
                                                              for o in outcomes)

@@ -108,6 +108,8 @@ class CellMeans:
     fit: str
     seeds: int
     bounds: int
+    sd: float = math.nan  # least squares: the pooled sd ...
+    n: np.ndarray | None = None  # ... and the cells' seeds (the same cov, written as before)
 
     def contrast(self, c: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
         """(estimate, low, high) of the contrast ``c`` of the cell means; NaN without residual
@@ -117,7 +119,10 @@ class CellMeans:
         e = float(c @ self.means)
         if self.dof <= 0:
             return e, math.nan, math.nan
-        half = _t(level, self.dof) * math.sqrt(max(float(c @ self.cov @ c), 0.0))
+        if self.n is not None:  # least squares: t s sqrt(sum c^2 / n_c)
+            half = _t(level, self.dof) * self.sd * math.sqrt(float((c ** 2 / self.n).sum()))
+        else:
+            half = _t(level, self.dof) * math.sqrt(max(float(c @ self.cov @ c), 0.0))
         return e, e - half, e + half
 
 
@@ -135,7 +140,8 @@ def cell_means(lo: list[np.ndarray], hi: list[np.ndarray]) -> CellMeans:
     if not bounds:
         means = np.array([v.mean() for v in lo])
         s2 = sum(((v - v.mean()) ** 2).sum() for v in lo) / dof if dof > 0 else math.nan
-        return CellMeans(means, np.diag(s2 / n), dof, "least squares", seeds, bounds)
+        return CellMeans(means, np.diag(s2 / n), dof, "least squares", seeds, bounds,
+                         math.sqrt(s2), n)
     if any(2 * (a != b).sum() >= len(a) for a, b in zip(lo, hi)) or dof <= 0:
         return CellMeans(np.full(cells, math.nan), np.full((cells, cells), math.nan), dof,
                          BOUNDED, seeds, bounds)

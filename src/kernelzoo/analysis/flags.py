@@ -55,17 +55,28 @@ def apart(r) -> list[tuple[str, str]]:
 
 def apart_words(r, measured) -> str:
     """"views apart (loss < keys retrieved, accuracy < keys retrieved): partial retrieval": the
-    pairs of views apart and the measured flags that bear on them (``measured``: the row of
-    ``tiers.flags``; a diluted read-out where the loss view is the lower, partial retrieval
-    where keys retrieved is the higher), "no measured cause" where none does; "" when no two
-    views are apart."""
+    pairs of views apart and what the store measured that bears on them (``measured``: the row
+    of ``tiers.flags``): a diluted read-out where the loss view is below another, the loss
+    passing wrong keys where it is above the accuracy view, and where keys retrieved is above
+    the accuracy view (or the loss view, without a diluted read-out) partial retrieval, or its
+    measured ratio where the flag is not raised ("partial retrieval x1.27 (flag: > 1.5)"); "no
+    measured cause" where none does; "" when no two views are apart."""
     pairs = apart(r)
     if not pairs:
         return ""
-    why = [word for flag, word, bears in (
-        ("diluted", "diluted read-out", any(low == "loss" for low, _ in pairs)),
-        ("partial", "partial retrieval", any(high == "keys_retrieved" for _, high in pairs)))
-        if bears and measured is not None and bool(measured[flag])]
+    has = (lambda flag: measured is not None and bool(measured[flag]))
+    why = []
+    diluted = has("diluted") and (("loss", "accuracy") in pairs
+                                  or ("loss", "keys_retrieved") in pairs)
+    if diluted:
+        why.append("diluted read-out")
+    if ("accuracy", "loss") in pairs and has("lenient"):
+        why.append("loss passes wrong keys")
+    if measured is not None and (("accuracy", "keys_retrieved") in pairs
+                                 or (("loss", "keys_retrieved") in pairs and not diluted)):
+        over = float(measured["retrieved_over"])
+        why.append("partial retrieval" if has("partial") else
+                   f"partial retrieval x{over:.2f} (flag: > {tiers.PARTIAL:g})")
     return ("views apart (" + ", ".join(f"{VIEW_WORDS[a]} < {VIEW_WORDS[b]}" for a, b in pairs)
             + "): " + (", ".join(why) or "no measured cause"))
 
@@ -92,7 +103,8 @@ def flags(capacity: pd.DataFrame, seeds: pd.DataFrame, runs: pd.DataFrame, thres
             words.append(apart_words(r, mine))
         else:
             words += [word for flag, word in (("diluted", "diluted read-out"),
-                                              ("partial", "partial retrieval"))
+                                              ("partial", "partial retrieval"),
+                                              ("lenient", "loss passes wrong keys"))
                       if mine is not None and bool(mine[flag])]
         if bool(mixed.get(r.label, False)):
             words.append("seeds disagree")

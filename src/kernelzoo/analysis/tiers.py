@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis.capacity import BOUNDS, POINTS, SUFFIX, VIEW_WORDS, VIEWS, value_column
@@ -80,8 +81,10 @@ def _share(seeds_with: pd.Series, seeds: pd.Series) -> pd.Series:
 def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
           accuracy_threshold: float) -> pd.DataFrame:
     """One row per configuration of ``capacity``: label and each flag of the module docstring
-    (diluted, partial: bool; bound: the views; limits: rankings' words; blew_up,
-    learned_then_lost, never_learned: run counts, NA where the curves were not read)."""
+    (diluted, partial, lenient: bool; retrieved_over: the median over seeds of keys retrieved
+    over the largest n_keys passing the accuracy view, inf where none passes; bound: the views;
+    limits: rankings' words; blew_up, learned_then_lost, never_learned: run counts, NA where
+    the curves were not read)."""
     runs = runs[runs["label"].isin(capacity["label"])]
     seeds = runs.groupby("label")["seed"].nunique()
     ok = runs["status"] != "diverged"
@@ -94,11 +97,18 @@ def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
     partial_seeds = keys[keys > PARTIAL * passing.reindex(keys.index).fillna(0)]
     partial = _share(pd.Series(partial_seeds.index.get_level_values(1),
                                index=partial_seeds.index.get_level_values(0)), seeds)
+    with np.errstate(divide="ignore"):
+        over = (keys / passing.reindex(keys.index).fillna(0)).groupby(level=0).median()
+    lenient_runs = runs[ok & (runs["final_eval_loss"] <= threshold) & (acc < accuracy_threshold)]
+    lenient = _share(lenient_runs.drop_duplicates(["label", "seed"]).set_index("label")["seed"],
+                     seeds)
     rows = []
     for r in capacity.itertuples():
         bounded = [VIEW_WORDS[v] for v in VIEWS if getattr(r, f"outcome{SUFFIX[v]}") in BOUNDS]
         rows.append({"label": r.label, "diluted": bool(diluted.get(r.label, False)),
-                     "partial": bool(partial.get(r.label, False)), "bound": bounded,
+                     "partial": bool(partial.get(r.label, False)),
+                     "lenient": bool(lenient.get(r.label, False)),
+                     "retrieved_over": float(over.get(r.label, math.nan)), "bound": bounded,
                      "limits": limits(r) if not pd.isna(r.predicted_capacity) else [],
                      **{k: getattr(r, k, pd.NA) for k in
                         ("blew_up", "learned_then_lost", "never_learned")}})
@@ -109,6 +119,7 @@ def flag_words(f) -> str:
     """A configuration's flags as one table cell ("" for none)."""
     words = (["diluted read-out"] if f.diluted else []) + \
         (["partial retrieval"] if f.partial else []) + \
+        (["loss passes wrong keys"] if getattr(f, "lenient", False) else []) + \
         ([f"bound in {', '.join(f.bound)}"] if f.bound else []) + list(f.limits)
     for key, name in (("blew_up", "denominator near zero"),
                       ("learned_then_lost", "learned then lost"),

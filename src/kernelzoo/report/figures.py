@@ -143,8 +143,8 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
     handles += [*bar_handles(kinds), Line2D([], [], color="black", ls=":", lw=1,
                                             label="1: failure point = d_dot")]
     fig.legend(handles=handles, loc="outside right center", fontsize=7, frameon=False)
-    fig.suptitle("Capacity efficiency, failure point / d_dot, per view, most efficient first "
-                 "(in parentheses: d_dot)", fontsize=9)
+    fig.suptitle("Failure point / d_dot per view, largest first (loss: bounded by 1; argmax "
+                 "views: not bounded; in parentheses: d_dot)", fontsize=9)
     return save(fig, out_dir / "capacity_efficiency.png")
 
 

@@ -110,9 +110,9 @@ def ranking(capacity: pd.DataFrame) -> list[str]:
                 continue
             top = [p for p in mine if p.tier == 1]
             bounded = [p for p in mine if p.tier is None]
-            parts.append(f"at d_dot {size} ({len(mine)}): " + "; ".join(
+            parts.append(f"at d_dot {size} ({len(mine)}): " + ("; ".join(
                 f"{p.label} {'plateau ' if p.outcome == 'plateau' else ''}{p.efficiency:.3g}"
-                for p in top)
+                for p in top) or "none at a point")
                 + ("; bounds apart: " + "; ".join(
                     f"{p.label} {'>=' if p.outcome == 'never_fails' else '<='} "
                     f"{p.efficiency:.3g}" for p in bounded) if bounded else ""))
