@@ -190,7 +190,6 @@ def test_a_loss_view_above_the_accuracy_view_carries_the_loss_passing_wrong_keys
     for n, loss, acc in ((16, 1e-4, 1.0), (32, 1e-3, 0.97), (48, 0.005, 0.95), (64, 0.05, 0.9),
                          (96, 0.2, 0.6)):
         write_run(tmp_path / "l", n_keys=n, loss=loss, accuracy=acc)
-    exp = analyze_store(tmp_path, "l", TAU)
-    flags = pd.read_csv(exp / "capacity_long.csv")["flags"].iloc[0]
+    flags = pipeline.analyse(tmp_path / "l", "l", TAU, 0.99).long["flags"].iloc[0]
     assert "views apart (accuracy < loss, accuracy < keys retrieved): loss passes wrong keys, " \
         "partial retrieval" in flags, flags
