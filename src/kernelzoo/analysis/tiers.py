@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import BOUNDS, POINTS, SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.rankings import limits, sizes
 
@@ -45,7 +46,7 @@ def tiers(capacity: pd.DataFrame) -> list[Placed]:
             for r in order.itertuples():
                 outcome = getattr(r, f"outcome{s}")
                 ratio = getattr(r, f"ratio{s}")
-                if outcome != "fails_at":
+                if outcome not in POINTS:
                     found.append(Placed(r.label, size, view, None, ratio, math.nan, math.nan,
                                         outcome))
                     continue
@@ -79,8 +80,10 @@ def _share(seeds_with: pd.Series, seeds: pd.Series) -> pd.Series:
 def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
           accuracy_threshold: float) -> pd.DataFrame:
     """One row per configuration of ``capacity``: label and each flag of the module docstring
-    (diluted, partial: bool; bound: the views; limits: rankings' words; blew_up,
-    learned_then_lost, never_learned: run counts, NA where the curves were not read)."""
+    (diluted, partial, lenient: bool; retrieved_over: the median over seeds of keys retrieved
+    over the largest n_keys passing the accuracy view, inf where none passes; bound: the views;
+    limits: rankings' words; blew_up, learned_then_lost, never_learned: run counts, NA where
+    the curves were not read)."""
     runs = runs[runs["label"].isin(capacity["label"])]
     seeds = runs.groupby("label")["seed"].nunique()
     ok = runs["status"] != "diverged"
@@ -93,12 +96,18 @@ def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
     partial_seeds = keys[keys > PARTIAL * passing.reindex(keys.index).fillna(0)]
     partial = _share(pd.Series(partial_seeds.index.get_level_values(1),
                                index=partial_seeds.index.get_level_values(0)), seeds)
+    with np.errstate(divide="ignore"):
+        over = (keys / passing.reindex(keys.index).fillna(0)).groupby(level=0).median()
+    lenient_runs = runs[ok & (runs["final_eval_loss"] <= threshold) & (acc < accuracy_threshold)]
+    lenient = _share(lenient_runs.drop_duplicates(["label", "seed"]).set_index("label")["seed"],
+                     seeds)
     rows = []
     for r in capacity.itertuples():
-        bounded = [VIEW_WORDS[v] for v in VIEWS if getattr(r, f"outcome{SUFFIX[v]}") in
-                   ("never_fails", "fails_everywhere")]
+        bounded = [VIEW_WORDS[v] for v in VIEWS if getattr(r, f"outcome{SUFFIX[v]}") in BOUNDS]
         rows.append({"label": r.label, "diluted": bool(diluted.get(r.label, False)),
-                     "partial": bool(partial.get(r.label, False)), "bound": bounded,
+                     "partial": bool(partial.get(r.label, False)),
+                     "lenient": bool(lenient.get(r.label, False)),
+                     "retrieved_over": float(over.get(r.label, math.nan)), "bound": bounded,
                      "limits": limits(r) if not pd.isna(r.predicted_capacity) else [],
                      **{k: getattr(r, k, pd.NA) for k in
                         ("blew_up", "learned_then_lost", "never_learned")}})

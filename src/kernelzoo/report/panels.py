@@ -16,9 +16,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from kernelzoo.analysis import rank_bound
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import POINTS, SUFFIX, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.labels import natural, natural_key
-from kernelzoo.report.style import DISPLAY_FLOOR, family_colors, save
+from kernelzoo.report.style import DISPLAY_FLOOR, OUTCOME_MARKERS, family_colors, save
 
 MAX_SERIES = 8  # configurations on one panel at most; a larger family gets more panels
 STYLES = ("-", "--", ":", "-.")  # a family's configurations, in d_dot order
@@ -157,9 +157,9 @@ def headline(capacity: pd.DataFrame, families, out_dir: Path) -> Path:
             for xi, r in zip(x, rows.itertuples()):
                 outcome = getattr(r, f"outcome{s}")
                 low, high = getattr(r, f"ci_low{s}"), getattr(r, f"ci_high{s}")
-                marker = {"never_fails": "^", "fails_everywhere": "v"}.get(outcome, "o")
+                marker = OUTCOME_MARKERS.get(outcome, "o")
                 value = getattr(r, f"observed_capacity{s}")
-                bar = outcome == "fails_at" and pd.notna(low) and pd.notna(high)
+                bar = outcome in POINTS and pd.notna(low) and pd.notna(high)
                 ax.errorbar(xi, value, yerr=[[max(value - low, 0)], [max(high - value, 0)]]
                             if bar else None, fmt=marker, ms=5, capsize=2, lw=0.9,
                             color=colors[name], label=name if view == VIEWS[0] else None)
