@@ -92,6 +92,9 @@ def _seed_points(ax, i: int, values: pd.Series, outcomes: pd.Series, color) -> b
     return True
 
 
+LONG_LABEL = 32  # characters of a configuration's label beyond which the panels stack
+
+
 def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dict,
                         out_dir: Path) -> Path:
     """A horizontal dot plot, one panel per view: failure point / d_dot per configuration (log
@@ -99,13 +102,21 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
     median over seeds (large marker, a triangle where it is a bound), its order-statistic
     interval (solid, its level in the legend) or one seed's bracket (dashed), and below it each
     seed's own value (``seeds``: ``capacity.seed_table``). The loss view leaves fwm out (its
-    loss is at least 0.5 / S: ``update_rules``), naming it."""
+    loss is at least 0.5 / S: ``update_rules``), naming it. Side by side, or one above the other
+    where a label passes LONG_LABEL characters, so no label runs into the next panel."""
     table = efficiency_table(capacity)
     most = int(table.groupby("view").size().max())
-    fig = Figure(figsize=(4.2 * len(VIEWS) + 2.0, max(3.0, 0.26 * most + 1.4)),
-                 layout="constrained")
+    longest = max((len(f"{r.label} ({r.d_dot})") for r in table.itertuples()), default=0)
+    height = max(3.0, 0.26 * most + 1.4)
+    if longest > LONG_LABEL:  # long labels: the views one above the other, each its own order
+        fig = Figure(figsize=(6.0 + 0.055 * longest + 2.5, height * len(VIEWS)),
+                     layout="constrained")
+        axes = fig.subplots(len(VIEWS), 1)
+    else:
+        fig = Figure(figsize=(4.2 * len(VIEWS) + 2.0, height), layout="constrained")
+        axes = fig.subplots(1, len(VIEWS))
     kinds, outcomes, dotted = set(), set(), False
-    for ax, view in zip(fig.subplots(1, len(VIEWS)), VIEWS):
+    for ax, view in zip(axes, VIEWS):
         rows, s = table[table["view"] == view], SUFFIX[view]
         left_out = natural(rows.loc[rows["update_rule"].eq("fwm"), "label"]) \
             if view == "loss" else []
@@ -124,7 +135,7 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
         spread = spread[(spread > 0) & np.isfinite(spread)]
         if len(spread) and spread.max() > 4 * spread.min():  # a wide range: log scale
             ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.3g}"))
         ax.set_yticks(np.arange(len(rows)),
                       [f"{r.label} ({r.d_dot})" for r in rows.itertuples()], fontsize=7)
         ax.set_ylim(len(rows) - 0.3, -0.6)  # the most efficient at the top
