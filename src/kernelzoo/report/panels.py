@@ -133,16 +133,23 @@ def key_panels(runs: pd.DataFrame, capacity: pd.DataFrame, families, threshold: 
     return save(fig, out_dir / f"{view}_panels.png")
 
 
+DODGE = 0.3  # log2 units of d_dot over which the families at one d_dot stand side by side
+
+
 def headline(capacity: pd.DataFrame, families, out_dir: Path) -> Path:
     """Each view a panel: every configuration's failure point against its d_dot (log-log), one
     colour per family, a family's sizes joined by a line, its interval as a bar (triangles:
-    bounds), and the dotted n* = d_dot."""
+    bounds), and the dotted n* = d_dot. The families at one d_dot stand side by side (each moved
+    by at most DODGE / 2 in log2 d_dot) so their bars do not hide each other; the axes span the
+    d_dots and the failure points found, not the diagonal."""
     bounded = capacity[capacity["predicted_capacity"].notna()]
     found = panels(families, bounded)
     colors = palette(families, capacity)
     fig = Figure(figsize=(4.2 * len(VIEWS) + 2.4, 4.4), layout="constrained")
     axes = fig.subplots(1, len(VIEWS), sharex=True, sharey=True)
-    values = []
+    values, d_dots = [], []
+    shift = {name: 2 ** (DODGE * ((i + 0.5) / len(found) - 0.5)) for i, (name, _) in
+             enumerate(found)}
     for ax, view in zip(axes, VIEWS):
         s = SUFFIX[view]
         for name, labels in found:
@@ -150,9 +157,10 @@ def headline(capacity: pd.DataFrame, families, out_dir: Path) -> Path:
             rows = rows[rows[f"outcome{s}"] != "no_data"]
             if rows.empty:
                 continue
-            x = rows["d_dot"].astype(float).to_numpy()
+            x = rows["d_dot"].astype(float).to_numpy() * shift[name]
             y = rows[f"observed_capacity{s}"].to_numpy(float)
-            values += [*x, *y]
+            values += [*y, *rows[f"ci_low{s}"], *rows[f"ci_high{s}"]]
+            d_dots += list(x)
             ax.plot(x, y, lw=1, color=colors[name], alpha=0.6)
             for xi, r in zip(x, rows.itertuples()):
                 outcome = getattr(r, f"outcome{s}")
@@ -169,12 +177,14 @@ def headline(capacity: pd.DataFrame, families, out_dir: Path) -> Path:
         ax.set_xlabel("d_dot (log)", fontsize=9)
         ax.tick_params(labelsize=8)
     finite = [v for v in values if np.isfinite(v) and v > 0]
-    if finite:
-        low, high = min(finite) / 1.5, max(finite) * 1.5
+    if finite and d_dots:
+        (x_low, x_high), (y_low, y_high) = ((min(d_dots) / 1.3, max(d_dots) * 1.3),
+                                            (min(finite) / 1.3, max(finite) * 1.3))
+        both = min(x_low, y_low), max(x_high, y_high)
         for ax in axes:
-            ax.plot([low, high], [low, high], "k:", lw=1)
-            ax.set_xlim(low, high)
-            ax.set_ylim(low, high)
+            ax.plot(both, both, "k:", lw=1)
+            ax.set_xlim(x_low, x_high)
+            ax.set_ylim(y_low, y_high)
     axes[0].set_ylabel("failure point (log)", fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
     unique = dict(zip(labels, handles))
