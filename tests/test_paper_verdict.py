@@ -67,3 +67,23 @@ def test_the_prediction_interval_holds_one_new_seed(n, outlier_rate, least):
     held = np.mean([low <= row[n] <= high
                     for row in x for low, high in [prediction_interval(row[:n])]])
     assert held >= least, held
+
+
+def test_the_report_verdict_quotes_each_comparison_without_nesting_parentheses():
+    """report.md's verdict on the published losses: "<label> <ours> against <theirs>, <verdict>",
+    the verdict's own parentheses never inside another pair."""
+    from kernelzoo.report.verdicts import published_verdict
+
+    capacity = pd.DataFrame({
+        "label": ["ELU+1", "FAVOR+"], "observed_capacity": [49.0, 5.91],
+        "outcome": ["fails_at", "fails_at"], "published_capacity": [54.7, 20.0],
+        "published_outcome": ["fails_at", "fails_everywhere"],
+        "published_verdict": [verdict(54.7, "fails_at", seeds(FIVE)), "other outcome"]})
+    line, = published_verdict(capacity)
+    assert ("ELU+1 49 against 54.7, consistent (ranks 5 of 6; one new seed: 31.3 to 70.7, "
+            "95%);") in line
+    assert line.endswith("; FAVOR+ 5.91 against <= 20, other outcome.")
+    depth = 0
+    for char in line:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        assert depth <= 1, line
