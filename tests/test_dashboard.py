@@ -55,7 +55,7 @@ def test_every_table_filters_by_map_and_view(dashboards):
 def test_the_payload_holds_tables_charts_and_figures(dashboards, tmp_path):
     fig = Figure()
     fig.add_subplot().plot([1, 2])
-    png = save(fig, tmp_path / "loss_vs_keys.png")
+    png = save(fig, tmp_path / "loss_panels.png")
     payload = dashboard.dashboard_payload(dashboards["grid"], [png])
     for name in ("capacity", "efficiency", "scaling", "keys"):
         table = payload[f"tables/{name}"]
@@ -75,4 +75,4 @@ def test_the_payload_holds_tables_charts_and_figures(dashboards, tmp_path):
     assert set(rows["view"]) == {"loss"} and rows["value"].notna().all()
     bars = payload["charts/capacity_efficiency/accuracy"].table.get_dataframe()
     assert list(bars["rank"]) == list(range(1, len(bars) + 1))
-    assert isinstance(payload["figures/loss_vs_keys"], wandb.Image)
+    assert isinstance(payload["figures/loss_panels"], wandb.Image)
