@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_hex
 from omegaconf import OmegaConf
 from synthetic import write_run, write_series
 from wandb_records import logged_keys
@@ -28,6 +29,7 @@ from kernelzoo.analysis import pipeline
 from kernelzoo.analysis import published
 from kernelzoo.analysis.runs import load_runs
 from kernelzoo.report import dashboard
+from kernelzoo.report.style import family_colors
 
 SRC = Path(analyze.__file__).resolve().parents[1]
 GRID = [20, 40, 60, 80, 100, 120]
@@ -285,7 +287,10 @@ def test_wandb_offline_run_is_written(tmp_path):
     for name in ("capacity", "efficiency", "keys"):
         found = list((media / "table" / "tables").glob(f"{name}_*.table.json"))
         assert len(found) == 1, name
-        assert {"feature_map", "view"} <= set(json.loads(found[0].read_text())["columns"])
+        logged = json.loads(found[0].read_text())
+        assert {"feature_map", "view", "family", "color"} <= set(logged["columns"])
+        colors = {row[logged["columns"].index("color")] for row in logged["data"]}
+        assert colors == {to_hex(family_colors(["ELU+1"])["ELU+1"])}, name  # one family
     charts = {p.name.partition("_table_")[0] for p in (media / "table" / "charts").rglob("*.json")}
     assert {"loss_vs_keys", "accuracy_vs_keys", "observed_vs_predicted"} <= charts
     assert list((media / "images" / "figures").glob("loss_panels_*.png"))

@@ -7,11 +7,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import wandb
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from synthetic import write_grid_store, write_update_store
 from test_figures import tables
 
 from kernelzoo.analysis import capacity
+from kernelzoo.report.panels import palette
 from kernelzoo.report.style import save
 from kernelzoo.report import dashboard
 
@@ -50,6 +52,23 @@ def test_every_table_filters_by_map_and_view(dashboards):
         range(1, (efficiency["view"] == "loss").sum() + 1))
     diverged = dashboards["update"]["keys"].set_index(["label", "view", "n_keys"])
     assert pd.isna(diverged.loc[("FAVOR+ m=32 delta", "loss", 60), "value"])
+
+
+def test_every_row_carries_its_family_and_the_figures_colour(tmp_path):
+    """wandb's built-in charts pick their own colours, so each table row carries its family and
+    that family's colour as the figures draw it (``panels.palette``), as a hex string."""
+    exp = tmp_path / "grid"
+    write_grid_store(exp)
+    runs, _, table, families = tables(exp)
+    found = dashboard.dashboard_tables(runs, table, families)
+    colors = palette(families, table)
+    assert len(set(colors.values())) == len(colors) == 5  # DPFP, ELU+1, FAVOR+, ReLU, ReLU²
+    for name, frame in found.items():
+        assert frame["family"].notna().all() and len(frame), name
+        assert (frame["color"] == frame["family"].map(lambda f: to_hex(colors[f]))).all(), name
+    keys = found["keys"].drop_duplicates("label").set_index("label")
+    assert keys.loc["DPFP-1", "family"] == keys.loc["DPFP-2", "family"] == "DPFP d_key=64"
+    assert keys.loc["DPFP-1", "color"] == keys.loc["DPFP-2", "color"] != keys.loc["ELU+1", "color"]
 
 
 def test_the_payload_holds_tables_charts_and_figures(dashboards, tmp_path):
