@@ -2,13 +2,15 @@
 that no number in them is typed by hand. It reads what the analysis wrote (capacity.csv,
 verdicts.csv, runs.parquet, sweep.json) and re-runs no analysis.
 
-    python scripts/results_doc.py           # rewrite docs/results.md and README's summary
+    python scripts/results_doc.py           # rewrite docs/results.md, README's summary and
+                                            # results/predictors.csv
     python scripts/results_doc.py --check   # exit 1, naming the file, when one has drifted
 
 Every study gets a section: what it runs (its experiment file's header), what it cost (runs,
 training steps, run and sweep wall time, machine), its capacity table and its verdicts, as the
-first screen of its report.md shows them. The last section pools the prediction scores over every
-store. README holds a table of each study's headline verdicts between the markers
+first screen of its report.md shows them. The last section scores the predictors of the failure
+point held out (fitted on some stores and sizes, scored on another), also written to
+``results/predictors.csv``. README holds a table of each study's headline verdicts between the markers
 ``<!-- results:start -->`` and ``<!-- results:end -->``, and the figures that carry them.
 """
 
@@ -119,20 +121,68 @@ def section(experiment: str, root: Path) -> list[str]:
             *capacity_lines(table), "", *verdict_lines(read_verdicts(store)), ""]
 
 
-def predictions(root: Path) -> list[str]:
-    """The pooled prediction scores of every store."""
-    pooled = [e for e in STUDIES if e not in REPEATS
-              and (store_of(root, e) / "capacity.csv").exists()]
-    scores, _ = prediction.pooled([store_of(root, e) / "capacity.csv" for e in pooled])
-    left_out = [f"`{e}` (its runs repeat `{of}`'s)" for e, of in REPEATS.items()
-                if (store_of(root, e) / "capacity.csv").exists()]
-    return ["## Predicting the failure point before it is known", "",
-            "Mean |ln(observed / predicted)| over the configurations of every store above"
-            + (f" but {', '.join(left_out)}" if left_out else "")
-            + " (`python -m kernelzoo.analysis.prediction results/reference/{"
-            + ",".join(pooled) + "}/capacity.csv`; the predictors in "
-            "`src/kernelzoo/analysis/prediction.py`):", "",
-            *[f"- {scores.words(v)}." for v in VIEWS], ""]
+def predicted_stores(root: Path) -> pd.DataFrame:
+    """The capacity.csv rows of the stores the held-out scores split (``prediction.FIT``,
+    ``prediction.SCORE``), with their ``store``."""
+    stores = [e for e in dict.fromkeys((*prediction.FIT, *prediction.SCORE))
+              if (store_of(root, e) / "capacity.csv").exists()]
+    table, _ = prediction.read_stores([store_of(root, e) / "capacity.csv" for e in stores])
+    return table
+
+
+def _score(r) -> str:
+    return cell(r.score, 3) + (f" (c = {r.constant:.3g})" if pd.notna(r.constant) else "")
+
+
+def predictions(table: pd.DataFrame) -> list[str]:
+    """The held-out scores of every predictor per view, against c·d_dot and raw d_dot, and the
+    configurations where raw d_dot wins."""
+    if table.empty:
+        return []
+    frame = prediction.held_out(table)
+    fit = " and ".join(f"`{e}`" + (f" at d_dot {s}" if s else "") for e, s in prediction.FIT.items())
+    test = " and ".join(f"`{e}` at d_dot {s}" for e, s in prediction.SCORE.items())
+    lines = ["## Predicting the failure point, held out", "",
+             f"Constants fitted on {fit}, scores on {test}: mean |ln(observed / predicted)| per "
+             "view over the configurations that fail at a point; bounds are censored and left "
+             "out (`python -m kernelzoo.analysis.prediction results/reference/{"
+             + ",".join(dict.fromkeys((*prediction.FIT, *prediction.SCORE)))
+             + "}/capacity.csv`; the predictors in `src/kernelzoo/analysis/prediction.py`, "
+             "the table in `results/predictors.csv`). Before training: d_dot and the untrained "
+             "map's ranks on the task's keys at n_keys = d_dot. Early diagnostic: the ranks of "
+             "the model trained at the n_keys = d_dot probe, a trained run. c·p: p times one "
+             "constant fitted on the fit set.", "",
+             "| predictor | known | " + " | ".join(VIEW_WORDS[v] for v in VIEWS) + " |",
+             "|---|---|" + "---|" * len(VIEWS)]
+    by = {(r.view, r.predictor): r for r in frame.itertuples()}
+    for p in prediction.PREDICTORS:
+        lines.append(f"| {p} | {prediction.kind(p)} | "
+                     + " | ".join(_score(by[v, p]) for v in VIEWS) + " |")
+    counts = [by[v, "d_dot"] for v in VIEWS]
+    lines += ["| configurations scored (fitted on; bounds left out) | | "
+              + " | ".join(f"{r.configurations} ({r.fitted_on}; {r.bounds_left_out})"
+                           for r in counts) + " |", "",
+              "Where raw d_dot wins, per view: the predictors it scores below, and the scored "
+              "configurations where it is closer than c·d_dot and where no predictor is closer "
+              "(ties with the untrained rank, which equals d_dot where the features have full "
+              "rank, count for d_dot):", ""]
+    for view in VIEWS:
+        rows = frame[frame["view"] == view].set_index("predictor")["score"]
+        beat_calibrated, _ = prediction.compared(frame, view, "c·d_dot")
+        _, lose_to_d_dot = prediction.compared(frame, view, "d_dot")
+        closer, best = prediction.d_dot_wins(prediction.predict(table, view))
+        lines.append(f"- {VIEW_WORDS[view]}: best {rows.idxmin()} {rows.min():.3f}; below "
+                     f"c·d_dot ({rows['c·d_dot']:.3f}): {', '.join(beat_calibrated) or 'none'}; "
+                     f"raw d_dot ({rows['d_dot']:.3f}) scores below "
+                     f"{', '.join(lose_to_d_dot) or 'none'}, is closer than c·d_dot on "
+                     f"{', '.join(closer) or 'none'} and closest of all on "
+                     f"{', '.join(best) or 'none'}.")
+    return lines + [""]
+
+
+def predictors_csv(table: pd.DataFrame) -> str:
+    """results/predictors.csv: ``prediction.held_out``'s table, 6 significant digits."""
+    return prediction.held_out(table).to_csv(index=False, float_format="%.6g")
 
 
 def document(root: Path = ROOT) -> str:
@@ -143,7 +193,7 @@ def document(root: Path = ROOT) -> str:
              "The rules are in `docs/analysis.md`; each study's detail in its `report.md`.", ""]
     for experiment in STUDIES:
         lines += section(experiment, root)
-    return "\n".join(lines + predictions(root)).rstrip() + "\n"
+    return "\n".join(lines + predictions(predicted_stores(root))).rstrip() + "\n"
 
 
 def summary(root: Path = ROOT) -> list[str]:
@@ -182,13 +232,17 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python scripts/results_doc.py",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 when docs/results.md or README's summary has drifted")
+                        help="exit 1 when docs/results.md, README's summary or "
+                        "results/predictors.csv has drifted")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
+        table = predicted_stores(args.root)
         targets = {args.root / "docs" / "results.md": document(args.root),
                    args.root / "README.md": readme(read_text(args.root / "README.md"),
                                                    args.root)}
+        if not table.empty:
+            targets[args.root / "results" / "predictors.csv"] = predictors_csv(table)
     except (StoreError, OSError, ValueError, KeyError) as err:  # a store that cannot be read
         print(f"error: {_problem(err)}; valid: analysed stores under "
               f"{args.root / 'results' / 'reference'} (make plots EXPERIMENT=<name> "

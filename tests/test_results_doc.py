@@ -30,8 +30,8 @@ def test_the_committed_results_match_their_stores(capsys):
 
 
 def scratch(tmp_path: Path) -> Path:
-    """A copy of what the documents are written from: the stores' tables, the experiment
-    files, docs/results.md and README."""
+    """A copy of what the documents are written from, and of what they write: the stores'
+    tables, the experiment files, docs/results.md, README and results/predictors.csv."""
     for study in results_doc.STUDIES:
         store, copy = ROOT / "results" / "reference" / study, \
             tmp_path / "results" / "reference" / study
@@ -43,12 +43,15 @@ def scratch(tmp_path: Path) -> Path:
     (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / "docs" / "results.md", tmp_path / "docs" / "results.md")
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copy(ROOT / "results" / "predictors.csv", tmp_path / "results" / "predictors.csv")
     return tmp_path
 
 
 @pytest.mark.slow  # four builds of the documents; make test runs the check itself (above)
 @pytest.mark.parametrize("study, table, column", [("figure2", "capacity.csv", "observed_capacity"),
-                                                  ("zoo", "verdicts.csv", "evidence")])
+                                                  ("zoo", "verdicts.csv", "evidence"),
+                                                  ("zoo", "capacity.csv",
+                                                   "rank_at_d_dot_initial")])
 def test_a_number_changed_in_a_store_fails_the_check(tmp_path, capsys, study, table, column):
     root = scratch(tmp_path)
     with pytest.raises(SystemExit) as same:
@@ -69,8 +72,10 @@ def test_a_number_changed_in_a_store_fails_the_check(tmp_path, capsys, study, ta
     assert drifted.value.code == 1
     err = capsys.readouterr().err
     assert f"{root / 'docs' / 'results.md'}: differs from the stores" in err
-    if study == "zoo":
+    if table == "verdicts.csv":
         assert f"{root / 'README.md'}: differs from the stores" in err
+    if column == "rank_at_d_dot_initial":  # a predictor of the held-out scores
+        assert f"{root / 'results' / 'predictors.csv'}: differs from the stores" in err
     results_doc.main(["--root", str(root)])  # make docs: rewritten, then the check passes
     with pytest.raises(SystemExit) as fixed:
         results_doc.main(["--check", "--root", str(root)])

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from synthetic import analyze_store, write_series
 
-from kernelzoo.analysis import scaling
+from kernelzoo.analysis import scaling, settings
 from kernelzoo.analysis.capacity import seed_table
 from kernelzoo.analysis.runs import load_runs
 from kernelzoo.report import figures as capacity_figures
@@ -131,3 +131,24 @@ def test_a_level_with_bounds_keeps_every_seed_and_a_weak_test_cannot_tell(tmp_pa
     loss = rows[rows["view"] == "loss"]
     assert set(loss["verdict"]) == {"cannot tell"} and loss["power"].iloc[0] < 0.5
     assert loss["p_identity"].iloc[0] >= 0.05
+
+
+def test_a_configuration_split_by_a_setting_is_its_own_family(tmp_path):
+    """ELU+1 at d_dot 16, 32, 64 with the normaliser (seeds 1, 2) and without it (seeds 3, 4):
+    ``settings.split`` makes two configurations per d_dot, and each setting keeps its family."""
+    for d in (16, 32, 64):
+        grid = [d * f // 4 for f in (2, 3, 4, 5)]
+        for seed, last, normalisation in ((1, grid[0], "attention"), (2, grid[1], "attention"),
+                                          (3, grid[2], "none"), (4, grid[2], "none")):
+            write_series(tmp_path / "s", {n: 1e-4 if n <= last else 0.3 for n in grid},
+                         seed=seed, d_key=d, d_dot=d,
+                         config=f"memory:\n  normalisation: {normalisation}\n")
+    runs, _, _ = load_runs(tmp_path / "s")
+    runs, lines = settings.split(runs)
+    assert len(lines) == 3 and set(runs["setting"]) == {"memory.normalisation=attention",
+                                                        "memory.normalisation=none"}
+    found = scaling.families(runs, seed_table(runs, TAU, 0.99))
+    assert [(f.name, len(f.points)) for f in found] == [
+        ("ELU+1 memory.normalisation=attention", 6), ("ELU+1 memory.normalisation=none", 6)]
+    assert found[1].departures("loss")["ratio"].tolist() == pytest.approx(
+        [1.0 + 0.25 * math.log(100) / math.log(3000)] * 3)  # both seeds pass to d_dot

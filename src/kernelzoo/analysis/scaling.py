@@ -3,8 +3,10 @@ capacity (``capacity.py``), and how tightly?
 
 A family is a configuration without what d_dot decides: the same feature_map, update_rule and
 parameters but the one the map resolves from d_dot (``labels.sizing_param``: DPFP's nu, FAVOR+'s
-m, ...), and the same d_key where the map keeps it. A map without such a parameter sets d_key
-from d_dot (ELU+1: d_key = d_dot), so its d_key is left out too.
+m, ...), and the same d_key where the map keeps it, and the same setting where a configuration
+was split by one (``settings.split``: tanh under memory.normalisation=none is its own family). A
+map without such a parameter sets d_key from d_dot (ELU+1: d_key = d_dot), so its d_key is left
+out too.
 
 Its rule is stated once, in docs/analysis.md ("Does capacity follow d_dot?").
 
@@ -110,21 +112,22 @@ def verdict(law_p: float, power_: float, n_points: int) -> str:
 
 def _keys(runs: pd.DataFrame) -> tuple[dict, dict]:
     """(label -> family key, family key -> its parameters) for the configurations with a bounded
-    d_dot; a key is (feature_map, canonical params, d_key or None, update_rule)."""
+    d_dot; a key is (feature_map, canonical params, d_key or None, update_rule, setting)."""
     keys, params = {}, {}
     for r in runs.drop_duplicates("label").dropna(subset=["d_dot"]).itertuples():
         sized = sizing_param(r.feature_map)
         rest = {k: v for k, v in json.loads(r.feature_map_params).items() if k != sized}
         key = (r.feature_map, canonical_params(rest), int(r.d_key) if sized else None,
-               r.update_rule)
+               r.update_rule, getattr(r, "setting", ""))
         keys[r.label], params[key] = key, rest
     return keys, params
 
 
 def _name(key: tuple, params: dict, rules: bool) -> str:
     """A family's name: the map, its parameters that vary among the map's families (as in the
-    configuration labels), d_key where the map keeps it, the update rule where several ran."""
-    fmap, _, d_key, rule = key
+    configuration labels), d_key where the map keeps it, the update rule where several ran, the
+    setting a configuration was split by."""
+    fmap, _, d_key, rule, setting = key
     dicts = [p for k, p in params.items() if k[0] == fmap]
     head, named = map_label(fmap, params[key])  # without the sizing parameter: "DPFP"
     shown = [k for k in sorted(params[key]) if k not in named
@@ -133,7 +136,7 @@ def _name(key: tuple, params: dict, rules: bool) -> str:
     parts += [v if isinstance(v, str) else f"{k}={format_value(v)}"
               for k, v in ((k, params[key][k]) for k in shown)]
     return " ".join(parts + ([f"d_key={d_key}"] if d_key is not None else [])
-                    + ([rule] if rules else []))
+                    + ([rule] if rules else []) + ([setting] if setting else []))
 
 
 def families(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[Family]:

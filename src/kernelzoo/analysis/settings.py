@@ -10,7 +10,8 @@ probes. ``split`` makes each such configuration one per setting: the settings
 ``SETTING_SECTIONS``) that differ between the runs of a doubly trained point, or whose recorded
 values differ among the configuration's runs (a run whose config.yaml lacks the key does not
 count), are added to the label of every run of that configuration, so each setting gets its
-own failure point.
+own failure point; the added words are the run's ``setting`` ("" where nothing was split), so
+a family (``scaling.py``) keeps them too.
 
 ``set_aside`` leaves out, with one line each, the runs that do not belong: a run whose summary
 names another experiment (copied in from elsewhere), a directory whose summary names another
@@ -72,6 +73,7 @@ def split(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """``runs`` (labelled) with each configuration trained under different settings split by
     those settings (module docstring), and one line per configuration split or run left out."""
     runs, lines = runs.copy(), []
+    runs["setting"] = ""
     trained = runs[runs["settings"] != ""]
     doubled = trained[trained.duplicated(POINT, keep=False)]
     for label, group in trained.groupby("label", sort=True):
@@ -85,6 +87,7 @@ def split(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         suffix = {s: escaped(" ".join(f"{k}={_value(json.loads(s).get(k))}" for k in keys))
                   for s in runs.loc[mine, "settings"].unique()}
         runs.loc[mine, "label"] = [f"{label} {suffix[s]}" for s in runs.loc[mine, "settings"]]
+        runs.loc[mine, "setting"] = [suffix[s] for s in runs.loc[mine, "settings"]]
         lines.append(f"{label}: trained under {len(set(suffix.values()))} settings of "
                      f"{escaped(', '.join(keys))}; analysed as one configuration each: "
                      + "; ".join(sorted(f"{label} {v}" for v in set(suffix.values()))))

@@ -1,7 +1,7 @@
 """The report's sections on what the memory holds: the rank bound and the features a query
-reads (``rank_bound.py``), the feature rank during training, the prediction from the n_keys =
-d_dot probe (``prediction.py``) and the stalls with their checks (``stalls.py``). Each returns
-its markdown lines for ``report.write_report``."""
+reads (``rank_bound.py``), the feature rank during training, the predictions of the failure
+point, before training and from the n_keys = d_dot probe (``prediction.py``), and the stalls
+with their checks (``stalls.py``). Each returns its markdown lines for ``report.write_report``."""
 
 from __future__ import annotations
 
@@ -42,21 +42,29 @@ def rank_changes(runs: pd.DataFrame) -> list[str]:
 
 
 def prediction_section(runs: pd.DataFrame, capacity: pd.DataFrame) -> list[str]:
-    """Each predictor's score per view (``prediction.py``)."""
-    lines = ["## A prediction made before the answer: measured at the n_keys = d_dot probe", ""]
+    """Each predictor's score per view within this store (``prediction.score``): those made
+    before training, then the early diagnostic from the trained n_keys = d_dot probe."""
+    lines = ["## Predicting the failure point: before training, and an early diagnostic at the "
+             "n_keys = d_dot probe", ""]
     if not has_diagnostics(runs):
         return lines + ["No diagnostics: these runs predate them (no feature ranks in their "
                         "summaries), so only d_dot predicts the failure points.", ""]
     scores = prediction.score(capacity)
-    lines += ["| view | configurations | "
+    lines += ["Before training: d_dot and the untrained map's ranks on the task's keys. Early "
+              "diagnostic: the ranks of the model trained at n_keys = d_dot (a trained run). "
+              "c·p: p times one constant fitted on the other feature maps' configurations; "
+              "mean |ln(observed / predicted)| over the configurations that fail at a point "
+              "(bounds are not scored).", "",
+              "| view | configurations | "
               + " | ".join(prediction.PREDICTORS) + " |", "|---|---|" + "---|"
               * len(prediction.PREDICTORS)]
     for view in VIEWS:
         by = scores.by.get(view) or {}
         lines.append(f"| {VIEW_WORDS[view]} | {scores.n.get(view, 0)} | "
                      + " | ".join(cell(by.get(p), 3) for p in prediction.PREDICTORS) + " |")
-    return lines + ["", "Pooled over every committed store: `python -m kernelzoo.analysis.prediction "
-                    "results/reference/*/capacity.csv`.", ""]
+    return lines + ["", "Held out across stores (fitted on the zoo at d_dot 64 and dot_scaling, "
+                    "scored on the zoo at d_dot 128): `python -m kernelzoo.analysis.prediction "
+                    "results/reference/{zoo,dot_scaling}/capacity.csv`.", ""]
 
 
 def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFrame) -> list[str]:
@@ -83,9 +91,13 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFr
     if checked.empty:
         return lines + ["No stall was checked (`stall_check=true` trains a check for each): no "
                         "failure point is moved by a stall.", ""]
-    lines += [f"Checks: {len(checked)} of {int(runs['stalled'].sum())} stalled runs checked; the "
-              f"checks cleared {int(checked['clears_loss'].sum())} in the loss view and "
-              f"{int(checked['clears_accuracy'].sum())} in the accuracy view.", "",
+    cleared = {v: int(checked[f"clears_{v}"].sum()) for v in ("loss", "accuracy")}
+    lines += [f"Checks: {len(checked)} of {int(runs['stalled'].sum())} stalled runs checked. In "
+              "the loss view the checks cleared "
+              f"{cleared['loss']} (the run had stopped too soon: its check passes) and confirmed "
+              f"{len(checked) - cleared['loss']} (its check fails too); in the accuracy view they "
+              f"cleared {cleared['accuracy']} and confirmed {len(checked) - cleared['accuracy']}.",
+              "",
               "| configuration | seed | n_keys | check | final eval loss | accuracy | clears "
               "loss / accuracy |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.label} | {r.seed} | {r.n_keys} | {r.check} | {cell(r.final_eval_loss, 4)} | "

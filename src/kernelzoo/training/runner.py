@@ -38,6 +38,7 @@ from kernelzoo.core.task import RetrievalTask
 
 LOG = logging.getLogger("kernelzoo.train")  # the run's train.log (its Hydra job directory)
 REDRAW_OFFSET = 3_000_017  # a random map's redraws: a stream of their own per run
+PROBE_OFFSET = 2_000_003  # the diagnostics' sequences: a stream of their own per run
 
 
 @torch.no_grad()
@@ -129,22 +130,34 @@ def build_model(plan: Plan, n_keys: int) -> RetrievalModel:
                           mem.key_eps, mem.chunk_size)
 
 
+def initial_model(plan: Plan, n_keys: int, seed: int, dtype: torch.dtype) -> RetrievalModel:
+    """The run's model as it stands before its first step: ``build_model`` after
+    ``torch.manual_seed(seed)``, on the plan's device in ``dtype``."""
+    torch.manual_seed(seed)
+    return build_model(plan, n_keys).to(device=plan.device, dtype=dtype)
+
+
+def probe_batch(plan: Plan, n_keys: int, seed: int):
+    """The evaluation batch the diagnostics measure on: a stream of its own (seed +
+    PROBE_OFFSET), so the training data stays the same."""
+    tr = plan.trainer
+    return RetrievalTask(n_keys, plan.seq_len, plan.eval_seq_len, plan.task.replacement,
+                         seed + PROBE_OFFSET, plan.device).eval_batch(tr.eval_sequences,
+                                                                      tr.eval_max_queries)
+
+
 class _Run:
     """One run's own state in the loop: model, data stream, curve, stopping rule."""
 
     def __init__(self, m: Member, dtype: torch.dtype):
         self.m, p = m, m.plan
         tr, device, n_keys, seed = p.trainer, p.device, m.cfg.n_keys, m.cfg.seed
-        torch.manual_seed(seed)
-        self.model = build_model(p, n_keys).to(device=device, dtype=dtype)
+        self.model = initial_model(p, n_keys, seed, dtype)
         if hasattr(p.phi, "use_generator"):  # its redraws: its own stream, alone or packed
             p.phi.use_generator(torch.Generator(device).manual_seed(seed + REDRAW_OFFSET))
         self.task = RetrievalTask(n_keys, p.seq_len, p.eval_seq_len, p.task.replacement, seed,
                                   device)
-        # the diagnostics' sequences come from a stream of their own: training data stays the same
-        self.probe = RetrievalTask(n_keys, p.seq_len, p.eval_seq_len, p.task.replacement,
-                                   seed + 2_000_003, device).eval_batch(tr.eval_sequences,
-                                                                        tr.eval_max_queries)
+        self.probe = probe_batch(p, n_keys, seed)
         self.initial = diagnostics.feature_ranks_of(self.model, self.probe)
         self.best, self.since_best, self.status, self.reason = math.inf, 0, "max_steps", None
         self.eval_loss = self.accuracy = math.nan
