@@ -196,8 +196,9 @@ def test_capacity_efficiency_ranks_failure_point_per_d_dot(analysed):
     capacity = pd.read_csv(exp / "capacity.csv")
     for view, ratio in (("loss", "ratio"), ("accuracy", "ratio_acc")):
         ranked = efficiency.efficiency_order(capacity, view)
-        assert list(ranked[ratio]) == sorted(ranked[ratio], reverse=True)
-        assert (ranked["efficiency_low"] <= ranked[ratio] + 1e-12).all()
+        assert set(ranked["view"]) == {view}  # the view's rows of the long table
+        assert list(ranked["ratio"]) == sorted(capacity[ratio].dropna(), reverse=True)
+        assert (ranked["efficiency_low"] <= ranked["ratio"] + 1e-12).all()
     report = (exp / "report.md").read_text()
     assert "## Capacity efficiency (failure point / d_dot), per view" in report
     # tiers per size (ELU+1 is alone at d_dot 64), bounds shown apart

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from kernelzoo.analysis import rank_bound
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.labels import natural, natural_key
 from kernelzoo.report.style import DISPLAY_FLOOR, family_colors, save
 
@@ -95,9 +95,9 @@ def _draw(ax, runs, capacity, labels, color, column, threshold, view) -> None:
                 label=f"d_dot {int(r.d_dot)}" if pd.notna(r.d_dot) else label)
         if pd.notna(r.d_dot):
             ax.axvline(int(r.d_dot), color=color, ls=style, lw=0.8, alpha=0.7, gid="d_dot")
-        s = SUFFIX[view]
-        value = getattr(r, f"observed_capacity{s}")
-        if getattr(r, f"outcome{s}") == "fails_at" and median.notna().any():
+        point = by_view(capacity[capacity["label"] == label]).set_index("view").loc[view]
+        value = point["failure_point"]
+        if point["outcome"] == "fails_at" and median.notna().any():
             at = (value, threshold) if threshold is not None else (median.idxmax(), value)
             ax.plot(*at, ls="none", marker="*", ms=11, color=color, mec="black", mew=0.5,
                     zorder=6, gid="failure-point")
@@ -160,23 +160,20 @@ def headline(capacity: pd.DataFrame, families, out_dir: Path) -> Path:
     colors = palette(families, capacity)
     fig = Figure(figsize=(4.2 * len(VIEWS) + 2.4, 4.4), layout="constrained")
     axes = fig.subplots(1, len(VIEWS), sharex=True, sharey=True)
-    values = []
+    values, long = [], by_view(bounded)
     for ax, view in zip(axes, VIEWS):
-        s = SUFFIX[view]
         for name, labels in found:
-            rows = bounded[bounded["label"].isin(labels)].sort_values("d_dot")
-            rows = rows[rows[f"outcome{s}"] != "no_data"]
+            rows = long[(long["view"] == view) & long["label"].isin(labels)
+                        & (long["outcome"] != "no_data")].sort_values("d_dot")
             if rows.empty:
                 continue
             x = rows["d_dot"].astype(float).to_numpy()
-            y = rows[f"observed_capacity{s}"].to_numpy(float)
+            y = rows["failure_point"].to_numpy(float)
             values += [*x, *y]
             ax.plot(x, y, lw=1, color=colors[name], alpha=0.6)
             for xi, r in zip(x, rows.itertuples()):
-                outcome = getattr(r, f"outcome{s}")
-                low, high = getattr(r, f"ci_low{s}"), getattr(r, f"ci_high{s}")
+                outcome, low, high, value = r.outcome, r.ci_low, r.ci_high, r.failure_point
                 marker = {"never_fails": "^", "fails_everywhere": "v"}.get(outcome, "o")
-                value = getattr(r, f"observed_capacity{s}")
                 bar = outcome == "fails_at" and pd.notna(low) and pd.notna(high)
                 ax.errorbar(xi, value, yerr=[[max(value - low, 0)], [max(high - value, 0)]]
                             if bar else None, fmt=marker, ms=5, capsize=2, lw=0.9,
