@@ -21,8 +21,9 @@ from wandb_records import logged_keys
 from kernelzoo import analyze
 from kernelzoo.analysis import stalls
 from kernelzoo.records import tracking
-from kernelzoo.analysis.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate, capacity_table,
-                                loss_failure, seed_table)
+from kernelzoo.analysis.capacity import (CAPACITY_COLUMNS, accuracy_failure, aggregate,
+                                         capacity_table, censored_median, loss_failure,
+                                         seed_table)
 from kernelzoo.report.markdown import sweep_lines
 from kernelzoo.analysis.labels import canonical_params
 from kernelzoo.analysis import pipeline
@@ -553,3 +554,39 @@ def test_counts_of_one_read_singular():
     from kernelzoo.config.words import plural
 
     assert [plural(n, "point") for n in (0, 1, 2)] == ["0 points", "1 point", "2 points"]
+
+
+@pytest.mark.parametrize("outcomes, values, expected", [
+    # no bound: the plain median with its order-statistic interval
+    (["fails_at"] * 3, [70.0, 90.0, 75.0], (75.0, 70.0, 90.0, 0.75, "fails_at")),
+    # a lower bound above the middle seed: the median is a point, its interval open above
+    (["fails_at", "fails_at", "never_fails"], [50.0, 60.0, 64.0],
+     (60.0, 50.0, math.inf, 0.75, "fails_at")),
+    # two lower bounds: the median is ">= 64", as the seeds decide it
+    (["fails_at", "never_fails", "never_fails"], [50.0, 64.0, 64.0],
+     (64.0, 50.0, math.inf, 0.75, "never_fails")),
+    # a lower bound below the points: the median lies in [70, 80]; a lower bound at 70
+    (["fails_at", "never_fails", "fails_at"], [70.0, 64.0, 80.0],
+     (70.0, 64.0, math.inf, 0.75, "never_fails")),
+    # an upper bound above the points: the median in [12, 14]; an upper bound at 14
+    (["fails_everywhere", "fails_at", "fails_at"], [16.0, 12.0, 14.0],
+     (14.0, 0.0, 16.0, 0.75, "fails_everywhere")),
+    # two seeds, one a lower bound: the median's upper end is open (was 57 as a value)
+    (["fails_at", "never_fails"], [50.0, 64.0], (57.0, 50.0, math.inf, 0.5, "never_fails")),
+    # plateaus are points: their outcome carries
+    (["plateau", "plateau", "fails_at"], [32.0, 31.0, 30.0], (31.0, 30.0, 32.0, 0.75, "plateau")),
+    # one bound alone: its half-line
+    (["never_fails"], [128.0], (128.0, 128.0, math.inf, math.nan, "never_fails")),
+])
+def test_the_configuration_median_treats_a_bound_as_the_interval_it_allows(outcomes, values,
+                                                                          expected):
+    got = censored_median(outcomes, values)
+    assert got[:3] == expected[:3] and got[4] == expected[4]
+    assert got[3] == pytest.approx(expected[3], nan_ok=True)
+
+
+def test_the_median_takes_the_outcome_of_the_seed_it_is():
+    """A plateau at 32, a lower bound at 32 and a failure at 29: the median is the plateau's
+    point, 32, and a plateau."""
+    assert censored_median(["plateau", "never_fails", "fails_at"], [32.0, 32.0, 29.0])[::4] == \
+        (32.0, "plateau")

@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from kernelzoo.analysis import censored, intervals, power
+from kernelzoo.analysis import censored, power
+import least_squares
 
 LEVELS = np.array([16.0, 32, 64, 128, 256])
 
@@ -44,7 +45,7 @@ def test_lower_bounds_above_the_points_leave_the_median_a_point_and_open_its_int
 
 def test_without_censoring_the_law_is_least_squares():
     y = 0.8 * LEVELS ** 0.9 * np.exp([0.01, -0.02, 0.015, 0.0, -0.01])
-    got, want = censored.law(LEVELS, y, y), intervals.level_law(LEVELS, y)
+    got, want = censored.law(LEVELS, y, y), least_squares.level_law(LEVELS, y)
     for key in ("a", "b", "a_low", "a_high", "b_low", "b_high", "p_identity"):
         assert getattr(got, key) == pytest.approx(getattr(want, key), rel=1e-9), key
     assert got.censored == 0 and np.allclose(got.band(LEVELS), want.band(LEVELS))
@@ -88,7 +89,7 @@ def _size_and_coverage(studies: int, seed: int) -> dict:
         kept = [(d, np.median(lo[lo == hi])) for d, (lo, hi) in zip(LEVELS, study)
                 if (lo == hi).any()]  # the bounded seeds dropped, as the law did before
         if len(kept) >= 3:
-            found["dropped"] += intervals.level_law(*zip(*kept)).p_identity < 0.05
+            found["dropped"] += least_squares.level_law(*zip(*kept)).p_identity < 0.05
         if law is None:
             continue
         found["tests"] += 1

@@ -87,17 +87,56 @@ def test_effects_recover_constructed_ratios():
     assert len(table) == 3 * 7
 
 
-def test_bounds_are_marked_in_the_section():
+def test_cells_mostly_bounds_cannot_tell():
+    """Half the cells fail at their first probe in the loss view (every seed an upper bound):
+    no loss-view effect is told; the accuracy view, all points, is."""
     rows = [(f"cell {i}", favor_params(*c), 64) for i, c in enumerate(CELLS)]
     capacity = capacity_of(rows)
     design = factorial.designs(capacity)[0]
     seeds = seeds_for(design, lambda c: 10.0 + 50 * c[1])
     every = seeds["label"].isin([design.cells[c] for c in design.cells if c[1] == 0])
     seeds.loc[every, "outcome"] = "fails_everywhere"
-    lines = factorial_section(factorial.table(capacity, seeds))
+    table = factorial.table(capacity, seeds)
+    loss = table[table["view"] == "loss"]
+    assert (loss["fit"] == factorial.BOUNDED).all() and loss["ratio"].isna().all()
+    assert (table.loc[table["view"] == "accuracy", "fit"] == "least squares").all()
+    lines = factorial_section(table)
     assert lines[0] == "## Factorial"
     row = next(line for line in lines if line.startswith("| redraw |"))
-    assert "(12 bounds)" in row.split("|")[2] and "bounds" not in row.split("|")[3]
+    assert row.split("|")[2].strip() == "cannot tell: bounded (12 of 24 seeds bounds)"
+    assert "bounds" not in row.split("|")[3]
+    assert factorial.simple_table(capacity, seeds) == [] or all(
+        e.view != "loss" for e in factorial.simple_table(capacity, seeds))
+
+
+def test_a_few_bounds_enter_as_the_intervals_they_allow():
+    """Redraw x4 (log 1.386), no other effect; in the four cells with a fixed projection the
+    largest seed is a lower bound at 0.8 of its value (its search stopped there): the censored
+    fit keeps the effect near x4 and covers it, where the bounds taken as values pull it down."""
+    rows = [(f"cell {i}", favor_params(*c), 64) for i, c in enumerate(CELLS)]
+    capacity = capacity_of(rows)
+    design = factorial.designs(capacity)[0]
+    seeds = seeds_for(design, lambda c: 20.0 * 4 ** c[1])
+    top = seeds["label"].isin([design.cells[c] for c in design.cells if c[1] == 1]) & \
+        (seeds["seed"] == 3)
+    seeds.loc[top, ["value", "value_acc"]] *= 0.8
+    seeds.loc[top, "outcome"] = "never_fails"
+    table = factorial.table(capacity, seeds).set_index(["view", "effect"])
+    censored, as_values = table.loc[("loss", "redraw")], table.loc[("accuracy", "redraw")]
+    assert censored.fit == "censored" and censored.bounds == 4 and censored.seeds == 24
+    assert censored.ci_low <= 4.0 <= censored.ci_high
+    assert abs(math.log(censored.ratio / 4)) < abs(math.log(as_values.ratio / 4))
+    assert as_values.fit == "least squares"  # the accuracy view's outcomes are points here
+
+
+def test_coverage_with_bounds_among_the_factorials_that_tell():
+    """200 simulated factorials whose values above e^4.5 are lower bounds there (a search's top
+    probe; about 12% of the values): the censored fit's intervals cover the true effects in
+    about 95% of the factorials whose cells are mostly points; the rest cannot tell."""
+    got = simulations.factorial_coverage(200, seed=11, cap=4.5)
+    assert 0.4 <= got.pop("told") <= 0.8, got
+    for key, share in got.items():
+        assert 0.91 <= share <= 0.98, (key, got)
 
 
 @pytest.mark.parametrize("truth", [{}, {"spread_ratio": 3.0}, {"outlier_rate": 0.1},
@@ -106,6 +145,7 @@ def test_coverage_near_nominal(truth):
     """The effects' 95% intervals cover the truth in 600 simulated factorials (3 seeds per
     cell): normal noise, cell spreads growing threefold, 10% stall-like outliers, both."""
     got = simulations.factorial_coverage(600, seed=11, **truth)
+    assert got.pop("told") == 1.0  # no bounds: every factorial tells
     for key, share in got.items():
         assert 0.92 <= share <= 0.98, (key, got)
 

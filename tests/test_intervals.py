@@ -1,5 +1,5 @@
-"""Intervals (kernelzoo.analysis.intervals): the order-statistic median interval and the level-aware
-d_dot law, their coverage checked by simulation with known truth, including deviations of the
+"""Intervals: the order-statistic median interval (kernelzoo.analysis.intervals) and the d_dot
+law over level medians (kernelzoo.analysis.censored), their coverage checked by simulation with known truth, including deviations of the
 d_dot levels from the law and stall-like outliers."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from kernelzoo.analysis import intervals
+from kernelzoo.analysis import censored, intervals
 import simulations
 
 
@@ -30,19 +30,20 @@ def test_the_median_interval_narrows_to_the_order_statistics_that_keep_95_percen
 
 def test_an_exact_power_law_is_recovered_and_its_identity_tested():
     d = np.array([16.0, 32, 64, 128, 256])
-    law = intervals.level_law(d, 0.8 * d ** 0.9 * np.exp([0.01, -0.02, 0.015, 0.0, -0.01]))
+    y = 0.8 * d ** 0.9 * np.exp([0.01, -0.02, 0.015, 0.0, -0.01])
+    law = censored.law(d, y, y)
     assert law.b_low < 0.9 < law.b_high and law.a_low < 0.8 < law.a_high
     assert law.b == pytest.approx(0.9, abs=0.02) and law.follows is False  # n* != d_dot
     assert law.centre == pytest.approx(64.0)  # the geometric mean of the levels
     low, high = law.band(d)
     assert np.all(low < law.curve(d)) and np.all(law.curve(d) < high)
-    same = intervals.level_law(d, d * np.exp([0.02, -0.01, 0.0, 0.01, -0.02]))
+    y = d * np.exp([0.02, -0.01, 0.0, 0.01, -0.02])
+    same = censored.law(d, y, y)
     assert same.follows is True and same.p_identity > 0.5
 
 
-def test_two_levels_give_a_law_without_interval_or_test():
-    law = intervals.level_law([16, 32], [15.0, 29.0])
-    assert math.isnan(law.b_low) and law.follows is None and law.levels == 2
+def test_two_levels_give_no_law():
+    assert censored.law([16, 32], [15.0, 29.0], [15.0, 29.0]) is None
 
 
 @pytest.mark.parametrize("truth", [

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelzoo.analysis import (capacity, factorial, intervals, labels, optimisation, prediction,
-                                rankings, stalls, tiers)
+from kernelzoo.analysis import (capacity, censored, factorial, flags, intervals, labels,
+                                optimisation, prediction, rankings, stalls, tiers)
 from kernelzoo.config import AnalyzeConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "analysis.md"
@@ -18,8 +18,11 @@ CONSTANTS = {
     "tau (`threshold`)": AnalyzeConfig().threshold,
     "`accuracy_threshold`": AnalyzeConfig().accuracy_threshold,
     "`LOSS_FLOOR`": capacity.LOSS_FLOOR,
+    "`PLATEAU_PROBES`": capacity.PLATEAU_PROBES,
+    "`PLATEAU_FLAT`": capacity.PLATEAU_FLAT,
+    "`TOUCH`": flags.TOUCH,
     "`LEVEL`": intervals.LEVEL,
-    "`MIN_LEVELS`": intervals.MIN_LEVELS,
+    "`MIN_POINTS`": censored.MIN_POINTS,
     "`STALL_MAX_DEAD`": stalls.STALL_MAX_DEAD,
     "`ACCURACY_TOLERANCE`": stalls.ACCURACY_TOLERANCE,
     "`GAP`": rankings.GAP,

@@ -11,7 +11,8 @@ import pytest
 from synthetic import analyze_store, write_run
 
 from kernelzoo.analysis import rank_bound
-from kernelzoo.analysis.capacity import capacity_table, seed_table
+from kernelzoo.analysis.capacity import (PLATEAU_FLAT, PLATEAU_PROBES, capacity_table,
+                                         keys_failure, plateau, seed_table)
 from kernelzoo.analysis import pipeline
 from kernelzoo.analysis.runs import load_runs
 
@@ -127,3 +128,69 @@ def test_a_stall_moves_a_number_only_where_its_check_passes(tmp_path, check_loss
     report = (exp / "report.md").read_text()
     assert (f"In the loss view the checks cleared {int(moves)} (the run had stopped too soon: "
             f"its check passes) and confirmed {1 - int(moves)}") in report
+
+
+# The quick store's DPFP-1 (d_dot 32) and fixed FAVOR+ m=32 at d_key 16: n_keys, final eval
+# accuracy, final eval loss of their runs
+DPFP1 = ((8, 1.0, 3.2e-4), (16, 1.0, 1.6e-4), (24, 22 / 24, 0.042), (32, 31 / 32, 0.0157),
+         (48, 31 / 48, 0.176), (64, 0.5, 0.251))
+FAVOR32 = ((8, 7 / 8, 0.063), (16, 15 / 16, 0.031), (24, 22 / 24, 0.044), (32, 23 / 32, 0.147),
+           (48, 26 / 48, 0.227), (64, 29 / 64, 0.285))
+
+
+def series(points):
+    n, acc, _ = zip(*points)
+    return keys_failure(n, acc, [False] * len(n))
+
+
+def test_a_flat_keys_retrieved_count_is_a_plateau_at_its_level():
+    """DPFP-1 retrieves 31, 31, 32 keys at n_keys 32, 48, 64: a plateau at 32, not ">= 32";
+    FAVOR+ m=32 still rises (23, 26, 29): a lower bound."""
+    assert (series(DPFP1).outcome, series(DPFP1).value) == ("plateau", 32.0)
+    assert (series(FAVOR32).outcome, series(FAVOR32).value) == ("never_fails", 29.0)
+    # every key right at the top probe: the probes, not the memory, stopped the count
+    assert series(((62, 1.0, 0), (63, 1.0, 0), (64, 1.0, 0))).outcome == "never_fails"
+    # flat within PLATEAU_FLAT of the largest count over fewer probes than PLATEAU_PROBES: a bound
+    assert series(DPFP1[-PLATEAU_PROBES + 1:]).outcome == "never_fails"
+    edge = (1 - PLATEAU_FLAT) * 40  # 38 of 40: flat at the edge; just under it: not
+    assert plateau([40, 60, 80], [edge, 39, 40]) and not plateau([40, 60, 80], [edge - 0.01, 39, 40])
+
+
+def test_views_apart_carry_the_measured_flag_that_bears_on_them(tmp_path):
+    """FAVOR+ m=32 fails the loss view at its first probe (<= 8) and retrieves >= 29 keys: the
+    two views lie apart, and its flags say so with partial retrieval (29 keys against no
+    n_keys passing the accuracy view); DPFP-1 is a plateau at 32 beside a loss view of 21.9."""
+    for fmap, params, d_dot, points in (("favor", {"m": 32}, 32, FAVOR32),
+                                        ("dpfp", {"nu": 1}, 32, DPFP1)):
+        for n, acc, loss in points:
+            write_run(tmp_path / "v", n_keys=n, loss=loss, accuracy=acc, feature_map=fmap,
+                      params=params, d_key=16, d_dot=d_dot)
+    exp = analyze_store(tmp_path, "v", TAU)
+    long = pd.read_csv(exp / "capacity_long.csv").set_index(["label", "view"])
+    favor, dpfp = (next(label for label in long.index.get_level_values(0) if label.startswith(h))
+                   for h in ("FAVOR+", "DPFP"))
+    assert long.loc[(favor, "loss"), "outcome"] == "fails_everywhere"
+    assert (long.loc[(favor, "keys_retrieved"), ["outcome", "failure_point"]].tolist()
+            == ["never_fails", 29.0])
+    assert "views apart (loss < keys retrieved, accuracy < keys retrieved): partial retrieval" \
+        in long.loc[(favor, "loss"), "flags"]
+    assert (long.loc[(dpfp, "keys_retrieved"), ["outcome", "failure_point"]].tolist()
+            == ["plateau", 32.0])
+    assert "partial retrieval" in long.loc[(dpfp, "loss"), "flags"]
+    capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
+    assert capacity.loc[dpfp, "outcome_keys"] == "plateau"
+    report = (exp / "report.md").read_text()
+    assert f"| {dpfp} | 32 | 1 | " in report and "| plateau 32 |" in report
+    assert "| >= 29 |" in report
+
+
+def test_a_loss_view_above_the_accuracy_view_carries_the_loss_passing_wrong_keys(tmp_path):
+    """The loss stays under tau up to 48 keys while 3% to 5% of the keys are answered wrong
+    from 32: the accuracy view fails by 32, the loss view between 48 and 64; the row says the
+    two lie apart and that its loss passed runs with wrong keys."""
+    for n, loss, acc in ((16, 1e-4, 1.0), (32, 1e-3, 0.97), (48, 0.005, 0.95), (64, 0.05, 0.9),
+                         (96, 0.2, 0.6)):
+        write_run(tmp_path / "l", n_keys=n, loss=loss, accuracy=acc)
+    flags = pipeline.analyse(tmp_path / "l", "l", TAU, 0.99).long["flags"].iloc[0]
+    assert "views apart (accuracy < loss, accuracy < keys retrieved): loss passes wrong keys, " \
+        "partial retrieval" in flags, flags

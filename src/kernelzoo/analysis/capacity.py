@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kernelzoo.analysis.censored import median, seed_intervals
 from kernelzoo.analysis.intervals import describe, median_interval
 from kernelzoo.analysis.labels import natural_key
 
@@ -31,10 +32,14 @@ EXTRA_COLUMNS = ("ci_level", "rank_bound",  # then each further view's columns, 
                                   "ratio", "outcome")
                    if column != "first_failure" or view != "keys_retrieved"),
                  "label")
-OUTCOMES = ("fails_at", "fails_everywhere", "never_fails")  # tie-break order
+OUTCOMES = ("fails_at", "plateau", "fails_everywhere", "never_fails")  # tie-break order
+BOUNDS = ("never_fails", "fails_everywhere")  # outcomes whose value is a bound, not a point
+POINTS = ("fails_at", "plateau")  # outcomes whose value is a point
 
 
 LOSS_FLOOR = 1e-12  # losses are floored here before their log is taken
+PLATEAU_PROBES = 3  # the last probes over which a keys-retrieved count that stays flat ...
+PLATEAU_FLAT = 0.05  # ... within this share of its largest is a plateau, not a lower bound
 
 
 def failing(loss, diverged, threshold: float):
@@ -125,15 +130,30 @@ def keys_retrieved(n, accuracy, diverged) -> np.ndarray:
 
 def keys_failure(n, accuracy, diverged) -> SeedResult:
     """Keys-retrieved view: the max of ``keys_retrieved`` over the series (n sorted), located
-    ("fails_at", first_failure = the next probe above) when a probe above its n retrieves fewer."""
+    ("fails_at", first_failure = the next probe above) when a probe above its n retrieves fewer;
+    at the top probe, a "plateau" at that level when the count is flat (``plateau``), else
+    "never_fails" (a lower bound)."""
     n = np.asarray(n, float)
     if len(n) == 0:
         return SeedResult("no_data", math.nan, math.nan, math.nan)
     k = keys_retrieved(n, accuracy, diverged)
     top = int(np.flatnonzero(k == k.max())[-1])
     if top == len(n) - 1:
-        return SeedResult("never_fails", float(k[top]), math.nan, float(n[top]))
+        outcome = "plateau" if plateau(n, k) else "never_fails"
+        return SeedResult(outcome, float(k[top]), math.nan, float(n[top]))
     return SeedResult("fails_at", float(k[top]), float(n[top + 1]), float(n[top]))
+
+
+def plateau(n, k) -> bool:
+    """Whether a keys-retrieved series (``keys_retrieved`` ``k`` at probes ``n``, sorted) ends on
+    a plateau: each of its last PLATEAU_PROBES probes retrieves at least (1 - PLATEAU_FLAT) x its
+    largest count, and the top probe retrieves under (1 - PLATEAU_FLAT) x its n_keys (it answers
+    keys wrong: the count, not the probes, stopped rising)."""
+    n, k = np.asarray(n, float), np.asarray(k, float)
+    if len(k) < PLATEAU_PROBES:
+        return False
+    flat = bool((k[-PLATEAU_PROBES:] >= (1 - PLATEAU_FLAT) * k.max()).all())
+    return flat and bool(k[-1] < (1 - PLATEAU_FLAT) * n[-1])
 
 
 def series_results(series: pd.DataFrame, threshold: float, accuracy_threshold: float,
@@ -181,15 +201,38 @@ def combine(outcomes) -> str:
     return max(OUTCOMES, key=lambda o: (counts[o], -OUTCOMES.index(o)))
 
 
+def censored_median(outcomes, values) -> tuple[float, float, float, float, str]:
+    """(median, low, high, level, outcome) over seeds, each bound the interval it allows
+    (``censored.median``): a point when the bounds lie beyond the middle seed (outcome: that of
+    the seeds whose point is the median, else the seeds' most common point outcome), else the bound it is: "never_fails" at its lowest value
+    when its highest is open, "fails_everywhere" at its highest when its lowest is 0, and
+    where both ends are finite the kind of bound most of the bounded seeds are (ties: a lower
+    bound)."""
+    outcomes, values = list(outcomes), list(values)
+    m = median(*seed_intervals(outcomes, values))
+    if m.n == 0:
+        return math.nan, math.nan, math.nan, math.nan, combine(outcomes)
+    if m.point:
+        at = [o for o, v in zip(outcomes, values) if o in POINTS and v == m.value]
+        points = at or [o for o in outcomes if o in POINTS]
+        return m.value, m.low, m.high, m.level, combine(points) if points else "fails_at"
+    lower = sum(o == "never_fails" for o in outcomes) >= sum(o == "fails_everywhere"
+                                                             for o in outcomes)
+    if m.highest == math.inf or (m.lowest > 0 and lower):
+        return m.lowest, m.low, m.high, m.level, "never_fails"
+    return m.highest, m.low, m.high, m.level, "fails_everywhere"
+
+
 def _view(group: pd.DataFrame, view: str, predicted) -> dict:
     """One view's columns of a configuration's row from its seeds."""
     s = SUFFIX[view]
-    value, low, high, level = aggregate(group[f"value{s}"])
+    value, low, high, level, outcome = censored_median(group[f"outcome{s}"],
+                                                       group[f"value{s}"])
     if len(group) == 1 and group[f"outcome{s}"].iloc[0] == "fails_at" and view != "keys_retrieved":
         low, high = group[f"last_pass{s}"].iloc[0], group[f"first_failure{s}"].iloc[0]
     out = {f"observed_capacity{s}": value, f"ci_low{s}": low, f"ci_high{s}": high,
            f"ratio{s}": math.nan if pd.isna(predicted) else value / predicted,
-           f"outcome{s}": combine(group[f"outcome{s}"])}
+           f"outcome{s}": outcome}
     if view != "keys_retrieved":
         out[f"first_failure{s}"] = aggregate(group[f"first_failure{s}"])[0]
     if view == "loss":

@@ -134,7 +134,7 @@ class CensoredLaw:
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
-def _loglik(mu, ln_s: float, lo, hi) -> tuple[float, np.ndarray, float]:
+def loglik(mu, ln_s: float, lo, hi) -> tuple[float, np.ndarray, float]:
     """(log-likelihood, its gradient in each mu_j, its derivative in ln s) of levels
     [lo_j, hi_j] (log scale; equal: a point) under N(mu_j, s^2)."""
     s = math.exp(ln_s)
@@ -176,7 +176,7 @@ def _nll(theta, u, xc: float, lo, hi, free: bool) -> tuple[float, np.ndarray]:
     theta = (ln s) with mu = u + xc = ln d_dot (n* = d_dot)."""
     ln_s = max(float(theta[-1]), LN_S_MIN)
     mu = theta[0] + theta[1] * u if free else u + xc
-    value, g_mu, g_s = _loglik(mu, ln_s, lo, hi)
+    value, g_mu, g_s = loglik(mu, ln_s, lo, hi)
     g_s = g_s if theta[-1] > LN_S_MIN else 0.0
     grad = [g_mu.sum(), (g_mu * u).sum(), g_s] if free else [g_s]
     return -value, -np.asarray(grad)
@@ -194,7 +194,7 @@ def _fit(u, xc: float, lo, hi, free: bool) -> tuple[np.ndarray, float]:
     return found.x, -float(found.fun)
 
 
-def _hessian(f, theta, h: float = 1e-4) -> np.ndarray:
+def hessian(f, theta, h: float = 1e-4) -> np.ndarray:
     """Central-difference Hessian of ``f`` at ``theta``."""
     m = len(theta)
     out = np.empty((m, m))
@@ -219,7 +219,7 @@ def law(d_dot, lowest, highest) -> CensoredLaw | None:
     u = x - xc
     dof = k - 2
     t = float(stats.t.ppf(0.5 + LEVEL / 2, dof))
-    if point.all():  # least squares: intervals.level_law's statements exactly
+    if point.all():  # least squares (tests/least_squares.py is its reference)
         sxx = float((u ** 2).sum())
         b = float((u * (lo - lo.mean())).sum() / sxx)
         c = float(lo.mean())
@@ -238,7 +238,7 @@ def law(d_dot, lowest, highest) -> CensoredLaw | None:
             return _nll(th, u, xc, lo, hi, True)[0]
 
         try:
-            cov = np.linalg.inv(_hessian(nll, theta))[:2, :2] * k / dof
+            cov = np.linalg.inv(hessian(nll, theta))[:2, :2] * k / dof
         except np.linalg.LinAlgError:
             cov = np.full((2, 2), math.nan)
         lr = max(2 * (l1 - l0), 0.0)

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
 
+from kernelzoo.analysis import censored
 from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.analysis.labels import natural_key
 
 LEVEL = 0.95
 GROUP_KEYS = ("feature_map", "d_key", "d_dot", "update_rule", "lr")
-BOUNDS = ("never_fails", "fails_everywhere")
 
 
 @dataclass(frozen=True)
@@ -92,34 +92,105 @@ def _t(level: float, dof: int) -> float:
     return float(stats.t.ppf(0.5 + level / 2, dof))
 
 
-def estimate(cells: list[tuple[int, ...]], y: list[np.ndarray], level: float = LEVEL):
-    """(effect, low, high) per contrast of ``contrast_names`` on the log scale, from the values
-    ``y[i]`` of cell ``cells[i]``; NaN intervals without residual degrees of freedom."""
+BOUNDED = "cannot tell: bounded"  # a view whose cells are mostly bounds
+
+
+@dataclass(frozen=True)
+class CellMeans:
+    """The cells' mean ln n* with their covariance and degrees of freedom (N - 2^k), and how
+    they were found: "least squares" (every value a point), "censored" (a bound as the
+    interval it allows, ``censored.loglik``) or BOUNDED (some cell's seeds are half or more
+    bounds: no effect of the view can be told)."""
+
+    means: np.ndarray
+    cov: np.ndarray
+    dof: int
+    fit: str
+    seeds: int
+    bounds: int
+    sd: float = math.nan  # least squares: the pooled sd ...
+    n: np.ndarray | None = None  # ... and the cells' seeds (the same cov, written as before)
+
+    def contrast(self, c: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
+        """(estimate, low, high) of the contrast ``c`` of the cell means; NaN without residual
+        degrees of freedom or where the view is BOUNDED."""
+        if self.fit == BOUNDED:
+            return math.nan, math.nan, math.nan
+        e = float(c @ self.means)
+        if self.dof <= 0:
+            return e, math.nan, math.nan
+        if self.n is not None:  # least squares: t s sqrt(sum c^2 / n_c)
+            half = _t(level, self.dof) * self.sd * math.sqrt(float((c ** 2 / self.n).sum()))
+        else:
+            half = _t(level, self.dof) * math.sqrt(max(float(c @ self.cov @ c), 0.0))
+        return e, e - half, e + half
+
+
+def cell_means(lo: list[np.ndarray], hi: list[np.ndarray]) -> CellMeans:
+    """``CellMeans`` of the cells' seeds, each the interval [lo, hi] of ln n* (equal: a point;
+    -inf / inf: a bound's open end). Without bounds: the cell means and the pooled variance
+    over N - 2^k degrees of freedom. With bounds, each cell's seeds more than half points:
+    the censored normal likelihood of the cell means and one sd, its covariance from the
+    likelihood's curvature scaled by N / (N - 2^k) (least squares' variance where no value is a
+    bound)."""
+    n = np.array([len(v) for v in lo], float)
+    seeds, cells = int(n.sum()), len(lo)
+    bounds = int(sum((a != b).sum() for a, b in zip(lo, hi)))
+    dof = seeds - cells
+    if not bounds:
+        means = np.array([v.mean() for v in lo])
+        s2 = sum(((v - v.mean()) ** 2).sum() for v in lo) / dof if dof > 0 else math.nan
+        return CellMeans(means, np.diag(s2 / n), dof, "least squares", seeds, bounds,
+                         math.sqrt(s2), n)
+    if any(2 * (a != b).sum() >= len(a) for a, b in zip(lo, hi)) or dof <= 0:
+        return CellMeans(np.full(cells, math.nan), np.full((cells, cells), math.nan), dof,
+                         BOUNDED, seeds, bounds)
+    which = np.repeat(np.arange(cells), n.astype(int))
+    flat_lo, flat_hi = np.concatenate(lo), np.concatenate(hi)
+
+    def nll(theta):
+        value, g_mu, g_s = censored.loglik(theta[which], float(theta[-1]), flat_lo, flat_hi)
+        return -value, -np.append(np.bincount(which, g_mu, cells), g_s)
+
+    points = [a[a == b] for a, b in zip(lo, hi)]
+    start = np.array([v.mean() for v in points] + [math.log(max(float(np.sqrt(np.mean(
+        np.concatenate([v - v.mean() for v in points]) ** 2))), 1e-3))])
+    found = optimize.minimize(nll, start, jac=True, method="BFGS", options={"gtol": 1e-8})
+    try:
+        cov = np.linalg.inv(censored.hessian(lambda th: nll(th)[0], found.x))[:cells, :cells]
+    except np.linalg.LinAlgError:
+        cov = np.full((cells, cells), math.nan)
+    return CellMeans(found.x[:cells], cov * seeds / dof, dof, "censored", seeds, bounds)
+
+
+def coefficients(cells: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """Each contrast of ``contrast_names`` as coefficients on the cell means, in ``cells``'
+    order."""
     k = len(cells[0])
-    means = np.array([v.mean() for v in y])
-    n = np.array([len(v) for v in y], float)
-    dof = int(n.sum() - len(cells))
-    s = math.sqrt(sum(((v - v.mean()) ** 2).sum() for v in y) / dof) if dof > 0 else math.nan
-    t = _t(level, dof) if dof > 0 else math.nan
-    out = []
-    for subset in contrast_names(k):
-        c = np.array([np.prod([2 * cell[j] - 1 for j in subset]) for cell in cells], float)
-        c /= 2 ** (k - 1)
-        e = float(c @ means)
-        half = t * s * math.sqrt(float((c ** 2 / n).sum()))
-        out.append((e, e - half, e + half))
-    return out
+    return [np.array([np.prod([2 * cell[j] - 1 for j in subset]) for cell in cells], float)
+            / 2 ** (k - 1) for subset in contrast_names(k)]
 
 
-def _log_values(design: Design, seeds: pd.DataFrame, view: str) -> tuple[list, int]:
-    """(ln n* of each cell's seeds in ``view``, cell by cell as ``design.cells``, the count of
-    those values that are bounds)."""
-    s, y, bounds = SUFFIX[view], [], 0
+def estimate(cells: list[tuple[int, ...]], y: list[np.ndarray], level: float = LEVEL,
+             hi: list[np.ndarray] | None = None):
+    """(effect, low, high) per contrast of ``contrast_names`` on the log scale, from the values
+    ``y[i]`` of cell ``cells[i]`` (with ``hi``: each value the interval [y, hi], ``cell_means``);
+    NaN intervals without residual degrees of freedom."""
+    found = cell_means(y, y if hi is None else hi)
+    return [found.contrast(c, level) for c in coefficients(cells)]
+
+
+def _log_values(design: Design, seeds: pd.DataFrame, view: str) -> tuple[list, list]:
+    """(lo, hi): per cell, cell by cell as ``design.cells``, the intervals of ln n* of its
+    seeds in ``view`` (``censored.seed_intervals``: a point, or the half-line of a bound)."""
+    s, lo, hi = SUFFIX[view], [], []
     for cell in design.cells:
-        mine = seeds[(seeds["label"] == design.cells[cell]) & seeds[f"value{s}"].notna()]
-        y.append(np.log(np.maximum(mine[f"value{s}"].to_numpy(float), 1e-9)))
-        bounds += int(mine[f"outcome{s}"].isin(BOUNDS).sum())
-    return y, bounds
+        mine = seeds[seeds["label"] == design.cells[cell]]
+        a, b = censored.seed_intervals(mine[f"outcome{s}"], mine[f"value{s}"])
+        with np.errstate(divide="ignore"):
+            lo.append(np.log(np.maximum(a, 0.0)))
+            hi.append(np.log(b))
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -142,20 +213,19 @@ class SimpleEffect:
 def simple_effects(design: Design, seeds: pd.DataFrame,
                    level: float = LEVEL) -> list[SimpleEffect]:
     """The simple effects of the module docstring, for every two-factor interaction of
-    ``design`` whose interval excludes 1, in every view."""
+    ``design`` whose interval excludes 1, in every view whose cells can be told
+    (``cell_means``)."""
     cells, names = list(design.cells), [name for name, _ in design.factors]
     k, found = len(names), []
     for view in VIEWS:
-        y, bounds = _log_values(design, seeds, view)
-        if min(len(v) for v in y) < 1:
+        lo, hi = _log_values(design, seeds, view)
+        if min(len(v) for v in lo) < 1:
             continue
-        named = dict(zip(contrast_names(k), estimate(cells, y, level)))
-        means = np.array([v.mean() for v in y])
-        n = np.array([len(v) for v in y], float)
-        dof = int(n.sum() - len(cells))
-        if dof <= 0:
+        means = cell_means(lo, hi)
+        if means.dof <= 0 or means.fit == BOUNDED:
             continue
-        sd = math.sqrt(sum(((v - v.mean()) ** 2).sum() for v in y) / dof)
+        named = dict(zip(contrast_names(k), (means.contrast(c, level)
+                                             for c in coefficients(cells))))
         for (i, j), (e, low, high) in ((key, v) for key, v in named.items() if len(key) == 2):
             if low <= 0 <= high:
                 continue
@@ -165,13 +235,12 @@ def simple_effects(design: Design, seeds: pd.DataFrame,
                 for side in (0, 1):
                     c = np.array([(2 * cell[a] - 1) * (cell[b] == side) for cell in cells],
                                  float) / 2 ** (k - 2)
-                    est = float(c @ means)
-                    half = _t(level, dof) * sd * math.sqrt(float((c ** 2 / n).sum()))
+                    est, e_low, e_high = means.contrast(c, level)
                     lows, highs = design.factors[a][1], design.factors[b][1]
                     found.append(SimpleEffect(
                         design.title, view, names[a], f"{lows[0]} -> {lows[1]}",
-                        f"{names[b]}={highs[side]}", math.exp(est), math.exp(est - half),
-                        math.exp(est + half), words, bounds))
+                        f"{names[b]}={highs[side]}", math.exp(est), math.exp(e_low),
+                        math.exp(e_high), words, means.bounds))
     return found
 
 
@@ -182,19 +251,22 @@ def simple_table(capacity: pd.DataFrame, seeds: pd.DataFrame) -> list[SimpleEffe
 
 def effects(design: Design, seeds: pd.DataFrame) -> pd.DataFrame:
     """One row per view and effect of ``design``: the effect's name, ratio (exp of the log
-    effect), interval, the seeds in all, and how many of its values are bounds."""
+    effect), interval, the seeds in all, how many of its values are bounds, and how the cell
+    means were found (``fit``: ``CellMeans``; BOUNDED: ratio and interval NaN)."""
     rows = []
     names = [name for name, _ in design.factors]
     cells = list(design.cells)
     for view in VIEWS:
-        y, bounds = _log_values(design, seeds, view)
-        if min(len(v) for v in y) < 1:
+        lo, hi = _log_values(design, seeds, view)
+        if min(len(v) for v in lo) < 1:
             continue
-        for subset, (e, low, high) in zip(contrast_names(len(names)), estimate(cells, y)):
+        means = cell_means(lo, hi)
+        for subset, c in zip(contrast_names(len(names)), coefficients(cells)):
+            e, low, high = means.contrast(c)
             rows.append({"design": design.title, "view": view,
                          "effect": " x ".join(names[j] for j in subset), "order": len(subset),
                          "ratio": math.exp(e), "ci_low": math.exp(low), "ci_high": math.exp(high),
-                         "seeds": sum(len(v) for v in y), "bounds": bounds})
+                         "seeds": means.seeds, "bounds": means.bounds, "fit": means.fit})
     return pd.DataFrame(rows)
 
 

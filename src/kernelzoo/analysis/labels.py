@@ -52,10 +52,11 @@ def cell(value, digits: int = 3) -> str:
 
 
 def bound(value, outcome) -> str:
-    """A failure point with its outcome: bounds as inequalities, "–" where there is none."""
+    """A failure point with its outcome: bounds as inequalities, a plateau as "plateau 32",
+    "–" where there is none."""
     if outcome is None or pd.isna(outcome) or outcome == "no_data":
         return "–"
-    sign = {"never_fails": ">= ", "fails_everywhere": "<= "}.get(outcome, "")
+    sign = {"never_fails": ">= ", "fails_everywhere": "<= ", "plateau": "plateau "}.get(outcome, "")
     return sign + cell(value)
 
 

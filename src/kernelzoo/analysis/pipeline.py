@@ -228,7 +228,8 @@ def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold
     lines, unreadable = stalls.stall_lines(runs, exp_dir / "runs")
     return Analysis(
         runs=runs, checks=checks, seeds=seeds, capacity=capacity, checked=checked,
-        long=by_view(capacity.assign(flags=flags(capacity, seeds, runs))),
+        long=by_view(capacity.assign(flags=flags(capacity, seeds, runs, threshold,
+                                                     accuracy_threshold))),
         published=points, families=tuple(scaling.families(runs, seeds)),
         effects=factorial.table(capacity, seeds), curves=around, history=history,
         stall_lines=tuple(lines), holes=None if is_search(runs) else tuple(grid_holes(runs)),

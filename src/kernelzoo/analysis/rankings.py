@@ -1,10 +1,11 @@
 """Maps ranked by capacity efficiency in each view: the sizes a store's configurations group
 into (``sizes``), their ranks per view (``ranks``, which ``between_sizes.py`` compares between
-sizes), what limits a map in every view (``limits``), the report's headline view
+sizes), what limits a map in every view (``limits``), the view whose order lists a size's rows
 (``HEADLINE``) and the views' rank correlations (``view_rhos``). Within a size the report shows
 tiers, not ranks (``tiers.py``). Pure: it reads no file.
 
-Its rule is stated once, in docs/analysis.md ("Rankings per view and why they disagree").
+Its rules are stated once, in docs/analysis.md ("What each view measures", "Sizes and what
+limits a map").
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import math
 import pandas as pd
 from scipy import stats
 
-from kernelzoo.analysis.capacity import VIEWS, by_view
+from kernelzoo.analysis.capacity import POINTS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import size_groups
 
 GAP = 2          # places a family's rank moves between sizes that count (between_sizes.py)
 DILUTED = 1.5    # the accuracy view's failure point over the loss view's that counts as diluted
 COLLAPSE = 0.2   # relative fall of the effective rank at n_keys = d_dot
-HEADLINE = "accuracy"  # the view that headlines cross-map rankings
+HEADLINE = "accuracy"  # the view whose order lists the rows of a size's tables (no headline)
 
 
 def sizes(capacity: pd.DataFrame) -> dict[int, list[int]]:
@@ -70,7 +71,7 @@ def limits(r) -> list[str]:
 def efficiency_cell(r) -> str:
     """Efficiency of a row of ``efficiency_order``: median [interval], or a bound."""
     ratio, outcome = r["ratio"], r["outcome"]
-    if outcome != "fails_at":
+    if outcome not in POINTS:
         return f"{'>=' if outcome == 'never_fails' else '<='} {ratio:.2f}"
     return f"{ratio:.2f} [{r['efficiency_low']:.2f}, {r['efficiency_high']:.2f}]"
 

@@ -25,12 +25,11 @@ import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis import censored, power
-from kernelzoo.analysis.capacity import SUFFIX, VIEWS
-from kernelzoo.analysis.intervals import MIN_LEVELS
+from kernelzoo.analysis.capacity import POINTS, SUFFIX, VIEWS
 from kernelzoo.analysis.labels import (canonical_params, format_value, map_label, natural_key,
                                        sizing_param)
 
-MIN_D_DOTS = MIN_LEVELS
+MIN_D_DOTS = censored.MIN_POINTS
 COLUMNS = ("family", "view", "feature_map", "params", "d_key", "update_rule", "n_points",
            "n_d_dot", "a", "a_low", "a_high", "b", "b_low", "b_high", "p_identity",
            "follows_d_dot", "n_censored", "power", "verdict", "d_dot", "configurations",
@@ -55,9 +54,10 @@ class Family:
     powers: dict = field(default_factory=dict, compare=False)  # view -> power.law_power
 
     def fitted(self, view: str) -> pd.DataFrame:
-        """The view's seeds that fail at a point, with ``value`` their failure point."""
+        """The view's seeds whose failure point is a point (fails_at, plateau), with ``value``
+        it."""
         s = SUFFIX[view]
-        hit = self.points[self.points[f"outcome{s}"] == "fails_at"]
+        hit = self.points[self.points[f"outcome{s}"].isin(POINTS)]
         return hit.assign(value=hit[f"value{s}"])
 
     def intervals(self, view: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -140,8 +140,8 @@ def _name(key: tuple, params: dict, rules: bool) -> str:
 
 
 def families(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[Family]:
-    """Every family with a failure point (fails_at) in some view (``runs``: ``runs.load_runs``;
-    ``seeds``: ``capacity.seed_table``), in natural order of name, its laws where they qualify."""
+    """Every family with a failure point that is a point (fails_at, plateau) in some view
+    (``runs``: ``runs.load_runs``; ``seeds``: ``capacity.seed_table``), in natural order of name, its laws where they qualify."""
     keys, params = _keys(runs)
     d_dots = runs.drop_duplicates("label").set_index("label")["d_dot"]
     points = seeds[seeds["label"].isin(keys)]
@@ -151,7 +151,7 @@ def families(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[Family]:
     found = []
     for key, group in points.groupby("key", sort=False):
         group = group.sort_values(["d_dot", "seed"]).reset_index(drop=True)
-        if not any(group[f"outcome{SUFFIX[v]}"].eq("fails_at").any() for v in VIEWS):
+        if not any(group[f"outcome{SUFFIX[v]}"].isin(POINTS).any() for v in VIEWS):
             continue
         family = Family(_name(key, params, rules), key[0], key[1], key[2], key[3], group, {})
         family.laws.update({v: _law(family.departures(v)) for v in VIEWS})

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
+from kernelzoo.analysis.capacity import BOUNDS, POINTS, VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.rankings import limits, sizes
 
@@ -43,7 +44,7 @@ def tiers(capacity: pd.DataFrame) -> list[Placed]:
             tier, floor = 0, math.inf
             for r in order.itertuples():
                 outcome, ratio = r.outcome, r.ratio
-                if outcome != "fails_at":
+                if outcome not in POINTS:
                     found.append(Placed(r.label, size, view, None, ratio, math.nan, math.nan,
                                         outcome))
                     continue
@@ -71,8 +72,10 @@ def _share(seeds_with: pd.Series, seeds: pd.Series) -> pd.Series:
 def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
           accuracy_threshold: float) -> pd.DataFrame:
     """One row per configuration of ``capacity``: label and each flag of the module docstring
-    (diluted, partial: bool; bound: the views; limits: rankings' words; blew_up,
-    learned_then_lost, never_learned: run counts, NA where the curves were not read)."""
+    (diluted, partial, lenient: bool; retrieved_over: the median over seeds of keys retrieved
+    over the largest n_keys passing the accuracy view, inf where none passes; bound: the views;
+    limits: rankings' words; blew_up, learned_then_lost, never_learned: run counts, NA where
+    the curves were not read)."""
     runs = runs[runs["label"].isin(capacity["label"])]
     seeds = runs.groupby("label")["seed"].nunique()
     ok = runs["status"] != "diverged"
@@ -85,13 +88,19 @@ def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
     partial_seeds = keys[keys > PARTIAL * passing.reindex(keys.index).fillna(0)]
     partial = _share(pd.Series(partial_seeds.index.get_level_values(1),
                                index=partial_seeds.index.get_level_values(0)), seeds)
+    with np.errstate(divide="ignore"):
+        over = (keys / passing.reindex(keys.index).fillna(0)).groupby(level=0).median()
+    lenient_runs = runs[ok & (runs["final_eval_loss"] <= threshold) & (acc < accuracy_threshold)]
+    lenient = _share(lenient_runs.drop_duplicates(["label", "seed"]).set_index("label")["seed"],
+                     seeds)
     long = by_view(capacity)
-    bounds = long[long["outcome"].isin(("never_fails", "fails_everywhere"))]
-    bounded = bounds.groupby("label", sort=False)["view"].agg(list)  # in the order of VIEWS
+    bounded = long[long["outcome"].isin(BOUNDS)].groupby("label", sort=False)["view"].agg(list)
     rows = []
-    for r in capacity.itertuples():
+    for r in capacity.itertuples():  # a configuration's bound views in the order of VIEWS
         rows.append({"label": r.label, "diluted": bool(diluted.get(r.label, False)),
                      "partial": bool(partial.get(r.label, False)),
+                     "lenient": bool(lenient.get(r.label, False)),
+                     "retrieved_over": float(over.get(r.label, math.nan)),
                      "bound": [VIEW_WORDS[v] for v in bounded.get(r.label, [])],
                      "limits": limits(r) if not pd.isna(r.predicted_capacity) else [],
                      **{k: getattr(r, k, pd.NA) for k in

@@ -33,7 +33,7 @@ import pandas as pd
 
 from kernelzoo.analysis import rank_bound
 
-ORDER = {"never_fails": 2, "fails_at": 1, "fails_everywhere": 0, "no_data": -1}
+ORDER = {"never_fails": 2, "fails_at": 1, "plateau": 1, "fails_everywhere": 0, "no_data": -1}
 
 
 def fwm_floor(n_keys: int, d_dot=None, replacement: bool = True, max_queries: int = 200,

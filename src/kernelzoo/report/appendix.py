@@ -60,10 +60,12 @@ CAPTIONS = {
     "heatmap": "Median final eval loss per configuration and number of keys at their true "
                "S, on one colour scale centred on tau for all heatmaps. A map's heatmap is left "
                "out when no cell passes: it would show no boundary.",
-    "capacity_efficiency": "Capacity efficiency, failure point / d_dot, in each view, most "
-                           "efficient first: the median over seeds (triangles: bounds) with its "
-                           "order-statistic interval (solid, its level in the legend) or one "
-                           "seed's bracket (dashed), each seed's own value beside it.",
+    "capacity_efficiency": "Failure point / d_dot in each view, largest first: in the loss "
+                           "view the rank theory's n* / d_dot (bounded by 1), in the argmax "
+                           "views keys / d_dot (not bounded); the median over seeds (triangles: "
+                           "bounds, squares: plateaus) with its order-statistic interval (solid, "
+                           "its level in the legend) or one seed's bracket (dashed), each seed's "
+                           "own value beside it.",
     "curves": "Eval loss during training of the runs just below and above each failure point, "
               "with tau and the trainer's stop threshold.",
     "capacity_scaling": "Per view and family, failure point / d_dot against d_dot: each seed "

@@ -121,15 +121,16 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
                                    colors[r.label])
         ax.axvline(1.0, color="black", ls=":", lw=1)
         spread = rows[["efficiency", "efficiency_low", "efficiency_high"]].stack()
-        spread = spread[spread > 0]
+        spread = spread[(spread > 0) & np.isfinite(spread)]
         if len(spread) and spread.max() > 4 * spread.min():  # a wide range: log scale
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
         ax.set_yticks(np.arange(len(rows)),
                       [f"{r.label} ({r.d_dot})" for r in rows.itertuples()], fontsize=7)
         ax.set_ylim(len(rows) - 0.3, -0.6)  # the most efficient at the top
-        ax.set_xlabel("failure point / d_dot" + (" (log)" if ax.get_xscale() == "log" else ""),
-                      fontsize=8)
+        ax.set_xlabel(("failure point / d_dot" if view == "loss" else
+                       "failure point / d_dot (argmax: keys, not bounded by 1)")
+                      + (" (log)" if ax.get_xscale() == "log" else ""), fontsize=8)
         ax.set_title(f"{VIEW_WORDS[view]} view" + ("\n" + textwrap.fill(
             f"left out: {', '.join(left_out)} (fwm's loss is at least 0.5 / S)", 70)
             if left_out else ""), fontsize=8)
@@ -142,8 +143,8 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
     handles += [*bar_handles(kinds), Line2D([], [], color="black", ls=":", lw=1,
                                             label="1: failure point = d_dot")]
     fig.legend(handles=handles, loc="outside right center", fontsize=7, frameon=False)
-    fig.suptitle("Capacity efficiency, failure point / d_dot, per view, most efficient first "
-                 "(in parentheses: d_dot)", fontsize=9)
+    fig.suptitle("Failure point / d_dot per view, largest first (loss: bounded by 1; argmax "
+                 "views: not bounded; in parentheses: d_dot)", fontsize=9)
     return save(fig, out_dir / "capacity_efficiency.png")
 
 

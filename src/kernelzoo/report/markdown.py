@@ -103,7 +103,7 @@ def what_ran(a: Analysis) -> str:
 
 def capacity_lines(a: Analysis) -> list[str]:
     """The capacity table from the long table: one row per configuration, each view's failure
-    point with its interval, the loss view's ratio to d_dot, the reference and published loss
+    point with its interval, the loss view's ratio to d_dot (the one view d_dot bounds), the reference and published loss
     views where any configuration has one, and the flags."""
     capacity, ref, theirs = a.capacity, has_reference(a.capacity), has_published(a.capacity)
     flags = a.long.drop_duplicates("label").set_index("label")["flags"]
@@ -125,7 +125,10 @@ def capacity_lines(a: Analysis) -> list[str]:
         "", "Each view: the median over seeds [order-statistic interval"
         + (f"; its coverage: {', '.join(levels)}" if levels else "") + "]; one seed: between its "
         "last pass and first failure; >= a lower bound (never failed), <= an upper bound (failed "
-        "at the first point). Flags: docs/analysis.md, \"Flags\"."]
+        "at the first point); plateau: keys retrieved flat over the last probes, at that level. "
+        "Only the loss view is the rank theory's, bounded by d_dot (hence its ratio); accuracy "
+        "and keys retrieved decode by argmax and can exceed d_dot (docs/analysis.md, \"What each "
+        "view measures\"). Flags: docs/analysis.md, \"Flags\"."]
 
 
 def probe_lines(a: Analysis) -> list[str]:

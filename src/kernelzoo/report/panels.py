@@ -18,9 +18,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from kernelzoo.analysis import rank_bound
-from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
+from kernelzoo.analysis.capacity import POINTS, VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.labels import natural, natural_key
-from kernelzoo.report.style import DISPLAY_FLOOR, family_colors, save
+from kernelzoo.report.style import DISPLAY_FLOOR, OUTCOME_MARKERS, family_colors, save
 
 MAX_SERIES = 8  # configurations on one panel at most; a larger family gets more panels
 STYLES = ("-", "--", ":", "-.")  # a family's configurations, in d_dot order
@@ -173,8 +173,8 @@ def headline(capacity: pd.DataFrame, families, out_dir: Path) -> Path:
             ax.plot(x, y, lw=1, color=colors[name], alpha=0.6)
             for xi, r in zip(x, rows.itertuples()):
                 outcome, low, high, value = r.outcome, r.ci_low, r.ci_high, r.failure_point
-                marker = {"never_fails": "^", "fails_everywhere": "v"}.get(outcome, "o")
-                bar = outcome == "fails_at" and pd.notna(low) and pd.notna(high)
+                marker = OUTCOME_MARKERS.get(outcome, "o")
+                bar = outcome in POINTS and pd.notna(low) and pd.notna(high)
                 ax.errorbar(xi, value, yerr=[[max(value - low, 0)], [max(high - value, 0)]]
                             if bar else None, fmt=marker, ms=5, capsize=2, lw=0.9,
                             color=colors[name], label=name if view == VIEWS[0] else None)

@@ -16,14 +16,16 @@ from kernelzoo.analysis.tiers import Placed, tiers
 
 
 def efficiency_section(capacity: pd.DataFrame) -> list[str]:
-    """The report's efficiency heading: which view headlines, the rank correlation between the
-    views' orders, and where the loss view fails well before the accuracy view; the tiers
-    follow (``tier_section``)."""
+    """The report's failure point / d_dot heading: what the ratio is in each view, the rank
+    correlation between the views' orders, and where the loss view fails well before the
+    accuracy view; the tiers follow (``tier_section``)."""
     if len(efficiency_order(capacity, HEADLINE)) < 2:
         return []
-    return ["## Capacity efficiency (failure point / d_dot), per view", "",
-            f"Headlined by the {VIEW_WORDS[HEADLINE]} view (docs/analysis.md, \"Which view "
-            "headlines the rankings\").", "", *view_agreement(capacity), ""]
+    return ["## Failure point / d_dot, per view", "",
+            "No view headlines the others: the loss view's n* / d_dot is the rank theory's "
+            "ratio, bounded by 1; accuracy and keys retrieved decode by argmax, and their keys / "
+            "d_dot is not bounded by 1 (docs/analysis.md, \"What each view measures\").", "",
+            *view_agreement(capacity), ""]
 
 
 def view_agreement(capacity: pd.DataFrame) -> list[str]:
@@ -47,6 +49,7 @@ def flag_words(f) -> str:
     """A configuration's flags (a row of ``tiers.flags``) as one table cell ("" for none)."""
     words = (["diluted read-out"] if f.diluted else []) + \
         (["partial retrieval"] if f.partial else []) + \
+        (["loss passes wrong keys"] if getattr(f, "lenient", False) else []) + \
         ([f"bound in {', '.join(f.bound)}"] if f.bound else []) + list(f.limits)
     for key, name in (("blew_up", "denominator near zero"),
                       ("learned_then_lost", "learned then lost"),
@@ -81,8 +84,10 @@ def tier_section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None,
             continue
         labels.sort(key=lambda x: _headline_key(by.get((x, "accuracy"))))
         lines += ["#" * (level + 1) + f" d_dot {size}", "",
-                  "| configuration | " + " | ".join(f"{VIEW_WORDS[v]}: tier, efficiency"
-                                                   for v in VIEWS) + " | measured flags |",
+                  "| configuration | " + " | ".join(
+                      f"{VIEW_WORDS[v]}: tier, " + ("n* / d_dot" if v == "loss" else
+                                                    "keys / d_dot (argmax)") for v in VIEWS)
+                  + " | measured flags |",
                   "|---|" + "---|" * (len(VIEWS) + 1)]
         for label in labels:
             cells = []
@@ -94,7 +99,8 @@ def tier_section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None,
                     sign = ">=" if p.outcome == "never_fails" else "<="
                     cells.append(f"bound: {sign} {p.efficiency:.2f}")
                 else:
-                    cells.append(f"{p.tier}: {p.efficiency:.2f} [{p.low:.2f}, {p.high:.2f}]")
+                    cells.append(f"{p.tier}: {'plateau ' * (p.outcome == 'plateau')}"
+                                 f"{p.efficiency:.2f} [{p.low:.2f}, {p.high:.2f}]")
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {flagged.get(label, '')} |")
         unbounded = capacity[capacity["predicted_capacity"].isna()
                              & capacity["d_key"].isin(sizes(capacity)[size])]

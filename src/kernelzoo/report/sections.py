@@ -116,19 +116,20 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFr
 
 def query_read_lines(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """For each configuration whose query reads fewer features than its d_dot (``read_rank``,
-    ``FeatureMap.query_rank_of``: cosFormer), its failure point in every view against that
-    number as well as against d_dot."""
+    ``FeatureMap.query_rank_of``: cosFormer), its loss-view failure point against that number
+    (the rank bound is that of the features read) and the argmax views' in keys."""
     reads = runs.drop_duplicates("label").set_index("label")["read_rank"]
     lines = []
     for r in capacity.itertuples():
         read = reads.get(r.label)
         if pd.isna(read) or pd.isna(r.d_dot) or read >= r.d_dot:
             continue
-        ratios = ", ".join(f"{VIEW_WORDS[view]} {getattr(r, value_column(view)) / read:.2f}"
-                           for view in VIEWS)
+        keys = ", ".join(f"{VIEW_WORDS[view]} {cell(getattr(r, value_column(view)))}"
+                         for view in VIEWS[1:])
         lines.append(f"{r.label}: a query reads {read} of its d_dot {r.d_dot} features, so its "
-                     f"read-out has rank {read} and the bound above is that of {read}; failure "
-                     f"point / {read} per view: {ratios}.")
+                     f"read-out has rank {read} and the bound above is that of {read}; loss-view "
+                     f"failure point / {read}: {r.observed_capacity / read:.2f} (the argmax "
+                     f"views, not bounded by it, in keys: {keys}).")
     return ["", "Features a query reads: " + " ".join(lines)] if lines else []
 
 

@@ -227,9 +227,12 @@ def factorial_section(found: pd.DataFrame) -> list[str]:
 
 
 def effect_cell(r) -> str:
-    """One effect in one view: its ratio on the failure point, 95% interval, bound seeds."""
+    """One effect in one view: its ratio on the failure point, 95% interval, bound seeds (a
+    censored fit), or that its cells are mostly bounds."""
+    if getattr(r, "fit", "") == factorial.BOUNDED:
+        return f"{factorial.BOUNDED} ({r.bounds} of {r.seeds} seeds bounds)"
     return (f"x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
-            + (f" ({r.bounds} bounds)" if r.bounds else ""))
+            + (f" ({r.bounds} bounds, censored fit)" if r.bounds else ""))
 
 
 def factorial_summary(effects: pd.DataFrame,

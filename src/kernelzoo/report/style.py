@@ -7,6 +7,7 @@ canvas: no pyplot state, no display needed. ``save`` writes each figure as PNG a
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -22,10 +23,11 @@ from kernelzoo.records.files import atomic_write
 DISPLAY_FLOOR = 1e-8  # losses are clipped here so that a loss of 0 still shows on a log axis
 
 
-OUTCOME_MARKERS = {"fails_at": "o", "never_fails": "^", "fails_everywhere": "v"}
+OUTCOME_MARKERS = {"fails_at": "o", "plateau": "s", "never_fails": "^", "fails_everywhere": "v"}
 
 
 OUTCOME_WORDS = {"fails_at": "fails at n*",
+                 "plateau": "plateau: keys retrieved flat at its level",
                  "never_fails": "never fails: lower bound",
                  "fails_everywhere": "fails everywhere: upper bound"}
 
@@ -59,6 +61,7 @@ def family_colors(names) -> dict[str, tuple]:
 def log_square(ax, values: pd.Series) -> None:
     """Both axes log scale over the values' range (a factor 1.5 of margin), powers of 2 as
     ticks, and the dotted line y = x."""
+    values = values[np.isfinite(values) & (values > 0)]  # an interval's open end is no value
     low, high = values.min() / 1.5, values.max() * 1.5
     ax.plot([low, high], [low, high], "k:", lw=1)
     ticks = 2.0 ** np.arange(np.floor(np.log2(low)), np.ceil(np.log2(high)) + 1)
@@ -115,6 +118,8 @@ def error_bar(ax, x: float, y: float, low, high, kind: str, color, horizontal: b
     the marker at (y, x), the bar on x."""
     solid = kind.endswith("%)")
     bar = (solid or kind.startswith("bracket")) and pd.notna(low) and pd.notna(high)
+    low = low if bar and 0 < low < math.inf else y  # an end a bound leaves open: not drawn
+    high = high if bar and high < math.inf else y
     err = [[max(y - low, 0)], [max(high - y, 0)]] if bar else None
     drawn = (ax.errorbar(y, x, xerr=err, capsize=3, color=color, **style) if horizontal else
              ax.errorbar(x, y, yerr=err, capsize=3, color=color, **style))

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kernelzoo.analysis import (between_sizes, factorial, optimisation, rankings, scaling, tiers,
-                                update_rules)
+from kernelzoo.analysis import (between_sizes, factorial, optimisation, published, rankings,
+                                scaling, tiers, update_rules)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
-from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import bound, cell
 from kernelzoo.analysis.pipeline import Analysis
 from kernelzoo.config.words import plural
 from kernelzoo.report.scaling import law_words, short_verdict
-from kernelzoo.report.studies import TEST_WORDS, simple_words
+from kernelzoo.report.studies import TEST_WORDS, effect_cell, simple_words
 
 COLUMNS = ("verdict", "title", "evidence")  # verdicts.csv: which verdict, its heading, its line
 
@@ -50,13 +49,15 @@ def paper_bound(capacity: pd.DataFrame) -> list[str]:
 
 
 def published_verdict(capacity: pd.DataFrame) -> list[str]:
-    """The authors' one published run against one new seed's 95% prediction interval, at the
-    resolution of their 20-key grid, with its rank among the seeds (``published.verdict``)."""
+    """The authors' one published run against one new seed's prediction interval (95% for a
+    seed that does not stall), at the resolution of their 20-key grid, with its rank among the
+    seeds (``published.verdict``)."""
     theirs = capacity[capacity["published_outcome"].notna()]
     if theirs.empty:
         return []
     return ["- **Against the authors' published losses** (loss view, ours against theirs; their "
-            "one run consistent with one new seed's 95% prediction interval or not): "
+            "one run consistent with one new seed's prediction interval or not, "
+            f"{published.LEVEL_WORDS}): "
             + "; ".join(f"{r.label} {bound(r.observed_capacity, r.outcome)} against "
                         f"{bound(r.published_capacity, r.published_outcome)}"
                         + (f", {r.published_verdict}" if r.published_verdict != "one seed"
@@ -82,35 +83,45 @@ def law(families) -> list[str]:
                 f"{r.p_identity:.2g}, {short_verdict(r)} ({r.n_d_dot} levels)")
 
     for view, rows in fits.groupby("view", sort=False):
-        lines.append(f"- **n* = d_dot, {VIEW_WORDS[view]} view** (law fitted over the d_dot "
-                     "levels; b [95%], F test p): " + "; ".join(map(words, rows.itertuples()))
+        lines.append(f"- **n* = d_dot, {VIEW_WORDS[view]} view** ("
+                     + ("" if view == "loss" else "argmax, not bounded by d_dot: the rank "
+                        "theory does not predict n* = d_dot here; ")
+                     + "law fitted over the d_dot levels; b [95%], F test p): " + "; ".join(map(words, rows.itertuples()))
                      + ".")
     return lines
 
 
+def per_d_dot(view: str) -> str:
+    """What a view's failure point / d_dot is (docs/analysis.md, "What each view measures"):
+    the rank theory's ratio, bounded by 1, in the loss view; keys per feature, argmax decoding
+    and not bounded by d_dot, in the others."""
+    return "n* / d_dot" if view == "loss" else "keys / d_dot, argmax: not bounded by 1"
+
+
 def ranking(capacity: pd.DataFrame) -> list[str]:
-    """Per size, the headline view's first tier (the configurations whose intervals overlap the
-    best's, ``tiers.py``) with its bounds apart, and how far the views' orders agree (Spearman's
-    rho)."""
-    head = efficiency_order(capacity, rankings.HEADLINE)
-    if len(head) < 3:
-        return []
-    placed = [p for p in tiers.tiers(capacity) if p.view == rankings.HEADLINE]
-    parts = []
-    for size, levels in rankings.sizes(capacity).items():
-        mine = head[head["predicted_capacity"].isin(levels)]
-        if len(mine) < 3:
-            continue
-        top = [p for p in placed if p.size == size and p.tier == 1]
-        bounded = [p for p in placed if p.size == size and p.tier is None]
-        parts.append(f"at d_dot {size} ({len(mine)}): " + "; ".join(
-            f"{p.label} {p.efficiency:.3g}" for p in top)
-            + ("; bounds apart: " + "; ".join(
-                f"{p.label} {'>=' if p.outcome == 'never_fails' else '<='} {p.efficiency:.3g}"
-                for p in bounded) if bounded else ""))
-    lines = [f"- **First tier** ({VIEW_WORDS[rankings.HEADLINE]} view, failure point / d_dot; "
-             "the configurations whose intervals overlap the best's, no order within it): "
-             + " | ".join(parts) + "."] if parts else []
+    """Per view and size, the first tier (the configurations whose intervals overlap the
+    best's, ``tiers.py``) with its bounds apart, and how far the views' orders agree
+    (Spearman's rho); no view headlines the others."""
+    placed = tiers.tiers(capacity)
+    lines = []
+    for view in VIEWS:
+        parts = []
+        for size, levels in rankings.sizes(capacity).items():
+            mine = [p for p in placed if p.view == view and p.size == size]
+            if len(mine) < 3:
+                continue
+            top = [p for p in mine if p.tier == 1]
+            bounded = [p for p in mine if p.tier is None]
+            parts.append(f"at d_dot {size} ({len(mine)}): " + ("; ".join(
+                f"{p.label} {'plateau ' if p.outcome == 'plateau' else ''}{p.efficiency:.3g}"
+                for p in top) or "none at a point")
+                + ("; bounds apart: " + "; ".join(
+                    f"{p.label} {'>=' if p.outcome == 'never_fails' else '<='} "
+                    f"{p.efficiency:.3g}" for p in bounded) if bounded else ""))
+        if parts:
+            lines.append(f"- **First tier, {VIEW_WORDS[view]} view** ({per_d_dot(view)}; the "
+                         "configurations whose intervals overlap the best's, no order within "
+                         "it): " + " | ".join(parts) + ".")
     rhos = rankings.view_rhos(capacity)
     if rhos:
         lines.append("- **Views agree** (Spearman rho of failure point / d_dot): " + "; ".join(
@@ -186,7 +197,7 @@ def factorial_verdict(a: Analysis) -> list[str]:
         interacting = {e.factor for e in simple}
         lines.append(f"- **Factorial, {design}** (loss view, each change's ratio on the failure "
                      f"point [95%], {rows['seeds'].iloc[0]} seeds): " + "; ".join(
-                         f"{r.effect} x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
+                         f"{r.effect} {effect_cell(r)}"
                          for r in rows.itertuples() if r.effect not in interacting)
                      + "".join(f"; {words}" for words in simple_words(simple, "loss"))
                      + ".")
