@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernelzoo.analysis import prediction
-from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.labels import cell
 from kernelzoo.records.files import StoreError, atomic_write_text, read_bytes, read_text
 from kernelzoo.records.history import read_sweep
@@ -97,9 +97,10 @@ def capacity_lines(table: pd.DataFrame) -> list[str]:
     """The store's capacity table in the three views (median [interval] over seeds)."""
     lines = ["| configuration | d_dot | seeds | " + " | ".join(VIEW_WORDS[v] for v in VIEWS)
              + " | loss / d_dot |", "|---|---|---|" + "---|" * len(VIEWS) + "---|"]
+    views = {label: rows for label, rows in by_view(table).groupby("label", sort=False)}
     for r in table.itertuples():
         lines.append(f"| {r.label} | {int(r.d_dot) if pd.notna(r.d_dot) else 'unbounded'} | "
-                     f"{r.n_seeds} | " + " | ".join(observed(r, v) for v in VIEWS)
+                     f"{r.n_seeds} | " + " | ".join(map(observed, views[r.label].itertuples()))
                      + f" | {cell(r.ratio, 2)} |")
     return lines
 

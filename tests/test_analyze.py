@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_hex
 from omegaconf import OmegaConf
 from synthetic import write_run, write_series
 from wandb_records import logged_keys
@@ -29,6 +30,7 @@ from kernelzoo.analysis import pipeline
 from kernelzoo.analysis import published
 from kernelzoo.analysis.runs import load_runs
 from kernelzoo.report import dashboard
+from kernelzoo.report.style import family_colors
 
 SRC = Path(analyze.__file__).resolve().parents[1]
 GRID = [20, 40, 60, 80, 100, 120]
@@ -200,9 +202,9 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
     assert list(cwd.iterdir()) == []
     assert corrupt.read_bytes() == before
     assert "zz-corrupt/summary.json" in proc.stderr
-    for name in ("runs.parquet", "capacity.csv", "report.md", "loss_vs_keys.png",
+    for name in ("runs.parquet", "capacity.csv", "report.md", "loss_panels.png",
                  "observed_vs_predicted.png", "heatmap_dpfp.png", "curves.png",
-                 "accuracy_vs_keys.png"):
+                 "accuracy_panels.png", "keys_retrieved_panels.png"):
         assert (exp / name).stat().st_size > 0, name
     assert (exp / "heatmap_dpfp.png").read_bytes()[:4] == b"\x89PNG"
     assert not (exp / "heatmap_elu.png").exists()  # one d_dot only
@@ -231,7 +233,7 @@ def test_cli_writes_every_output_and_nothing_in_cwd(tmp_path):
                    "d_dot unreachable", "Sweep wall clock: 4321 s (72.0 min) over 1 invocation: 4321 s for 60 points (50 trained).",
                    "24,000 training steps", "(partial sweep)", "Sweep machine: a CPU",
                    "converged 46", "diverged 1", "infeasible 1", "cpu (synthetic)",
-                   "Rules: docs/analysis.md.", "![](loss_vs_keys.png)",
+                   "Rules: docs/analysis.md.", "![](loss_panels.png)",
                    "![](heatmap_dpfp.png)", "| ELU+1 | 64 | 3 | 65 [65, 80] |", "3 seeds 75%",
                    "above: ELU+1 1.02 [", "No diagnostics: these runs predate them"):
         assert needle in report, needle
@@ -286,10 +288,13 @@ def test_wandb_offline_run_is_written(tmp_path):
     for name in ("capacity", "efficiency", "keys"):
         found = list((media / "table" / "tables").glob(f"{name}_*.table.json"))
         assert len(found) == 1, name
-        assert {"feature_map", "view"} <= set(json.loads(found[0].read_text())["columns"])
+        logged = json.loads(found[0].read_text())
+        assert {"feature_map", "view", "family", "color"} <= set(logged["columns"])
+        colors = {row[logged["columns"].index("color")] for row in logged["data"]}
+        assert colors == {to_hex(family_colors(["ELU+1"])["ELU+1"])}, name  # one family
     charts = {p.name.partition("_table_")[0] for p in (media / "table" / "charts").rglob("*.json")}
     assert {"loss_vs_keys", "accuracy_vs_keys", "observed_vs_predicted"} <= charts
-    assert list((media / "images" / "figures").glob("loss_vs_keys_*.png"))
+    assert list((media / "images" / "figures").glob("loss_panels_*.png"))
     # read back from the run's own log: the long tables, a chart per view, the figures
     keys = logged_keys(next(offline[0].glob("*.wandb")))
     assert {"tables/capacity", "tables/efficiency", "tables/scaling", "tables/keys",
@@ -401,7 +406,7 @@ def test_a_search_store_is_read_natively(tmp_path):
     assert tuple(probes.loc[(2, 64), ["probe_round", "probe_why", "final_eval_accuracy"]]) == (
         1, "why 2-64", 0.9999)
     assert "Grid holes" not in report  # each seed probes its own n_keys
-    assert (exp / "loss_vs_keys.png").stat().st_size > 0
+    assert (exp / "loss_panels.png").stat().st_size > 0
     assert not list(exp.glob("heatmap_*.png"))
     parquet = pd.read_parquet(exp / "runs.parquet")
     assert {"probe_round", "probe_why"} <= set(parquet.columns)
@@ -460,7 +465,9 @@ def test_a_stalled_seed_counts_as_it_ended(tmp_path):
                    "| ELU+1 | 60 | 1 of 3 | 33% |",
                    "ELU+1, seed 2, n_keys 80: stalled: 1 key of 80 never learned (key 37, "
                    "confused with 12: collides); final eval loss 0.02",
-                   "No stall was checked", "counts as it ended"):
+                   "No stall was checked", "counts as it ended",
+                   "- **Stalls** (a few keys never learned under capacity): 2 of 14 runs "
+                   "stalled; 0 checked"):  # a verdict's title, then its words, then a colon
         assert needle in report, needle
     table = pd.read_csv(exp / "capacity.csv")
     assert table["observed_capacity"].iloc[0] == pytest.approx(crossing(40, 1e-4, 60, 0.02))

@@ -7,11 +7,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import wandb
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from synthetic import write_grid_store, write_update_store
 from test_figures import tables
 
 from kernelzoo.analysis import capacity
+from kernelzoo.report.panels import palette
 from kernelzoo.report.style import save
 from kernelzoo.report import dashboard
 
@@ -52,10 +54,27 @@ def test_every_table_filters_by_map_and_view(dashboards):
     assert pd.isna(diverged.loc[("FAVOR+ m=32 delta", "loss", 60), "value"])
 
 
+def test_every_row_carries_its_family_and_the_figures_colour(tmp_path):
+    """wandb's built-in charts pick their own colours, so each table row carries its family and
+    that family's colour as the figures draw it (``panels.palette``), as a hex string."""
+    exp = tmp_path / "grid"
+    write_grid_store(exp)
+    runs, _, table, families = tables(exp)
+    found = dashboard.dashboard_tables(runs, table, families)
+    colors = palette(families, table)
+    assert len(set(colors.values())) == len(colors) == 5  # DPFP, ELU+1, FAVOR+, ReLU, ReLU²
+    for name, frame in found.items():
+        assert frame["family"].notna().all() and len(frame), name
+        assert (frame["color"] == frame["family"].map(lambda f: to_hex(colors[f]))).all(), name
+    keys = found["keys"].drop_duplicates("label").set_index("label")
+    assert keys.loc["DPFP-1", "family"] == keys.loc["DPFP-2", "family"] == "DPFP d_key=64"
+    assert keys.loc["DPFP-1", "color"] == keys.loc["DPFP-2", "color"] != keys.loc["ELU+1", "color"]
+
+
 def test_the_payload_holds_tables_charts_and_figures(dashboards, tmp_path):
     fig = Figure()
     fig.add_subplot().plot([1, 2])
-    png = save(fig, tmp_path / "loss_vs_keys.png")
+    png = save(fig, tmp_path / "loss_panels.png")
     payload = dashboard.dashboard_payload(dashboards["grid"], [png])
     for name in ("capacity", "efficiency", "scaling", "keys"):
         table = payload[f"tables/{name}"]
@@ -75,4 +94,4 @@ def test_the_payload_holds_tables_charts_and_figures(dashboards, tmp_path):
     assert set(rows["view"]) == {"loss"} and rows["value"].notna().all()
     bars = payload["charts/capacity_efficiency/accuracy"].table.get_dataframe()
     assert list(bars["rank"]) == list(range(1, len(bars) + 1))
-    assert isinstance(payload["figures/loss_vs_keys"], wandb.Image)
+    assert isinstance(payload["figures/loss_panels"], wandb.Image)

@@ -200,7 +200,7 @@ def test_no_figure_draws_capacity_against_a_quantity_made_from_it(grid, monkeypa
                                  families, tmp_path, TAU, 0.99, search=True)
     assert {p.stem for p in paths} == set(figures) == {
         "headline", "loss_panels", "accuracy_panels", "loss_vs_keys", "observed_vs_predicted",
-        "capacity_scaling", "capacity_efficiency", "curves", "accuracy_vs_keys"}
+        "capacity_scaling", "capacity_efficiency", "curves", "keys_retrieved_panels"}
     drawn = 0
     for name, fig in figures.items():
         for ax in fig.axes:
@@ -212,3 +212,28 @@ def test_no_figure_draws_capacity_against_a_quantity_made_from_it(grid, monkeypa
                 drawn += 1
     # headline's first, observed_vs_predicted, capacity_scaling's first, 3 efficiencies
     assert drawn == 1 + 1 + 1 + 3
+
+
+def test_the_keys_retrieved_panels_star_each_failure_point_under_y_equals_x(update, monkeypatch,
+                                                                             tmp_path):
+    """The keys-retrieved view in small multiples: one panel per family, every key retrieved the
+    dotted y = x, and each configuration that fails at a point starred at its value (the most
+    keys retrieved) over an n_keys it ran."""
+    runs, _, capacity, families = update
+    kept = []
+    monkeypatch.setattr(panels, "save", lambda fig, path: kept.append((fig, path)) or path)
+    path = panels.key_panels(runs, capacity, families, None, tmp_path, "keys_retrieved")
+    fig, saved = kept.pop()
+    assert path == saved == tmp_path / "keys_retrieved_panels.png"
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == len(panels.panels(families, capacity))
+    diagonal = [line for ax in shown for line in ax.get_lines()  # to the panel's largest S
+                if line.get_linestyle() == ":" and list(line.get_xdata())[0] == 0
+                and list(line.get_xdata()) == list(line.get_ydata())]
+    assert len(diagonal) == len(shown)
+    stars = [line for ax in shown for line in ax.get_lines() if line.get_gid() == "failure-point"]
+    failing = capacity[capacity["outcome_keys"] == "fails_at"]
+    assert len(stars) == len(failing) > 0
+    assert sorted(float(s.get_ydata()[0]) for s in stars) == \
+        pytest.approx(sorted(failing["observed_capacity_keys"]))
+    assert {float(s.get_xdata()[0]) for s in stars} <= set(runs["n_keys"].astype(float))

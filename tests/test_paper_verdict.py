@@ -115,3 +115,23 @@ def test_the_prediction_interval_holds_one_new_seed_that_does_not_stall(n, outli
     every, clean = _coverage(n, outlier_rate, cap, studies=600 if cap < math.inf else 2000)
     assert clean >= 0.93, (every, clean)
     assert every >= (0.93 if outlier_rate == 0 else 0.89), (every, clean)
+
+
+def test_the_report_verdict_quotes_each_comparison_without_nesting_parentheses():
+    """report.md's verdict on the published losses: "<label> <ours> against <theirs>, <verdict>",
+    the verdict's own parentheses never inside another pair."""
+    from kernelzoo.report.verdicts import published_verdict
+
+    capacity = pd.DataFrame({
+        "label": ["ELU+1", "FAVOR+"], "observed_capacity": [49.0, 5.91],
+        "outcome": ["fails_at", "fails_at"], "published_capacity": [54.7, 20.0],
+        "published_outcome": ["fails_at", "fails_everywhere"],
+        "published_verdict": [verdict(54.7, "fails_at", seeds(FIVE)), "other outcome"]})
+    line, = published_verdict(capacity)
+    assert ("ELU+1 49 against 54.7, consistent (ranks 5 of 6; one new seed: 31.3 to 70.7, "
+            "95% for a seed that does not stall);") in line
+    assert line.endswith("; FAVOR+ 5.91 against <= 20, other outcome.")
+    depth = 0
+    for char in line:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        assert depth <= 1, line

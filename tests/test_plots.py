@@ -108,14 +108,15 @@ def test_no_published_column_where_no_configuration_is_the_authors(tmp_path):
 def test_every_figure_is_written_as_png_and_svg(analysed):
     exp, _, _ = analysed
     pngs = sorted(p.name for p in exp.glob("*.png"))
-    assert pngs == ["accuracy_panels.png", "accuracy_vs_keys.png", "capacity_efficiency.png",
-                    "capacity_scaling.png", "curves.png", "headline.png", "heatmap_dpfp.png",
+    assert pngs == ["accuracy_panels.png", "capacity_efficiency.png", "capacity_scaling.png",
+                    "curves.png", "headline.png", "heatmap_dpfp.png", "keys_retrieved_panels.png",
                     "loss_panels.png", "loss_vs_keys.png", "observed_vs_predicted.png"]
+    # loss_vs_keys beside the panels: it shows the authors' published losses, on 8 lines
     for png in pngs:
         assert (exp / png).read_bytes()[:4] == b"\x89PNG"
         assert b"<svg" in (exp / png).with_suffix(".svg").read_bytes()[:500]
     report = (exp / "report.md").read_text()
-    assert "![](loss_vs_keys.png)" in report and "([SVG](loss_vs_keys.svg))" in report
+    assert "![](loss_panels.png)" in report and "([SVG](loss_panels.svg))" in report
     # every FAVOR+ cell fails: no boundary to show, so no heatmap, and the report says why
     assert "heatmap_favor: left out, as no cell passes" in report
 
@@ -195,8 +196,9 @@ def test_capacity_efficiency_ranks_failure_point_per_d_dot(analysed):
     capacity = pd.read_csv(exp / "capacity.csv")
     for view, ratio in (("loss", "ratio"), ("accuracy", "ratio_acc")):
         ranked = efficiency.efficiency_order(capacity, view)
-        assert list(ranked[ratio]) == sorted(ranked[ratio], reverse=True)
-        assert (ranked["efficiency_low"] <= ranked[ratio] + 1e-12).all()
+        assert set(ranked["view"]) == {view}  # the view's rows of the long table
+        assert list(ranked["ratio"]) == sorted(capacity[ratio].dropna(), reverse=True)
+        assert (ranked["efficiency_low"] <= ranked["ratio"] + 1e-12).all()
     report = (exp / "report.md").read_text()
     assert "## Failure point / d_dot, per view" in report
     # tiers per size (ELU+1 is alone at d_dot 64), bounds shown apart

@@ -15,7 +15,8 @@ def row(label, d_dot, loss, acc, keys, outcome_acc="fails_at", outcome_keys="fai
     values = {"": loss, "_acc": acc, "_keys": keys}
     out = {"label": label, "predicted_capacity": d_dot_or_nan, "outcome": "fails_at",
            "outcome_acc": outcome_acc, "outcome_keys": outcome_keys, "rank_bound": d_dot_or_nan + 1,
-           "effective_rank_at_d_dot": 50.0, "effective_rank_at_d_dot_initial": 50.0}
+           "effective_rank_at_d_dot": 50.0, "effective_rank_at_d_dot_initial": 50.0,
+           "n_seeds": 3, "ci_level": 0.75}
     out["d_key"] = 16
     for s, v in values.items():
         out.update({f"observed_capacity{s}": v, f"ci_low{s}": v * (1 - spread),
@@ -42,10 +43,11 @@ def test_sizes_group_nearby_d_dot():
 
 
 def test_ranks_within_each_size():
-    got = rankings.ranks(table()).set_index("label")
-    assert got.loc["C", "rank"] == 5 and got.loc["C", "rank_acc"] == 1
-    assert got.loc["D", "rank_keys"] == 2 and got.loc["F", "rank"] == 1
-    assert got.loc["H", "size"] == 128 and "S" not in got.index
+    got = rankings.ranks(table()).set_index(["label", "view"])
+    assert got.loc[("C", "loss"), "rank"] == 5 and got.loc[("C", "accuracy"), "rank"] == 1
+    assert got.loc[("D", "keys_retrieved"), "rank"] == 2 and got.loc[("F", "loss"), "rank"] == 1
+    assert got.loc[("H", "loss"), "size"] == 128 and "S" not in got.index.get_level_values(0)
+    assert len(got) == 3 * 8  # every configuration with a d_dot in every view
 
 
 def test_the_tiers_section_lists_limits_sizes_and_the_reference():

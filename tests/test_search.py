@@ -406,6 +406,6 @@ def test_a_view_the_search_left_out_is_marked_not_searched():
     assert every["outcome_acc"] == "never_fails"  # what a grid's runs would say: a bound
     assert combine(["not_searched", "not_searched"]) == "not_searched"
     assert combine(["no_data", "fails_at"]) == "fails_at"
-    cell = pd.Series({"observed_capacity_acc": math.nan, "outcome_acc": "not_searched",
-                      "ci_low_acc": math.nan, "ci_high_acc": math.nan, "n_seeds": 1})
-    assert observed(cell, "accuracy") == "not searched"
+    cell = pd.Series({"view": "accuracy", "failure_point": math.nan, "outcome": "not_searched",
+                      "ci_low": math.nan, "ci_high": math.nan, "n_seeds": 1})
+    assert observed(cell) == "not searched"

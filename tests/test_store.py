@@ -28,8 +28,8 @@ from kernelzoo.training import job
 from kernelzoo.analysis.runs import load_runs
 
 GRID = [20, 40, 60, 80, 100, 120]
-OUTPUTS = ("runs.parquet", "capacity.csv", "report.md", "loss_vs_keys.png",
-           "observed_vs_predicted.png", "heatmap_elu.png", "curves.png", "accuracy_vs_keys.png")
+OUTPUTS = ("runs.parquet", "capacity.csv", "report.md", "loss_panels.png",
+           "observed_vs_predicted.png", "heatmap_elu.png", "curves.png", "accuracy_panels.png")
 
 HARNESS = """
 import errno, os, runpy, signal, sys

@@ -22,7 +22,8 @@ def capacity_of(rows: list[tuple]) -> pd.DataFrame:
     """Capacity rows (label, d_dot, accuracy median, low, high, outcome); every view alike."""
     out = []
     for label, d_dot, value, low, high, outcome in rows:
-        row = {"label": label, "predicted_capacity": d_dot, "d_key": 16, "n_seeds": 3}
+        row = {"label": label, "predicted_capacity": d_dot, "d_key": 16, "n_seeds": 3,
+               "ci_level": 0.75}
         for s in ("", "_acc", "_keys"):
             row.update({f"observed_capacity{s}": value, f"ci_low{s}": low, f"ci_high{s}": high,
                         f"ratio{s}": value / d_dot, f"outcome{s}": outcome})

@@ -13,17 +13,17 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
 from kernelzoo.analysis.rankings import GAP, HEADLINE, diluted, efficiency_cell, limits, ranks
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import natural_key
 
 
 
-def _span(r, view: str) -> tuple[float, float]:
-    """The efficiencies a row of ``efficiency_order`` allows in ``view``: its interval, or from
-    a lower bound up, or up to an upper bound."""
-    outcome, ratio = r[f"outcome{SUFFIX[view]}"], r[f"ratio{SUFFIX[view]}"]
+def _span(r) -> tuple[float, float]:
+    """The efficiencies a row of ``efficiency_order`` allows: its interval, or from a lower
+    bound up, or up to an upper bound."""
+    outcome, ratio = r["outcome"], r["ratio"]
     if outcome == "never_fails":
         return ratio, math.inf
     if outcome == "fails_everywhere":
@@ -31,10 +31,10 @@ def _span(r, view: str) -> tuple[float, float]:
     return r["efficiency_low"], r["efficiency_high"]
 
 
-def _change(a, b, view: str) -> str | None:
-    """"falls" or "rises" where efficiency rows ``a`` (smaller size) and ``b`` in ``view`` are
+def _change(a, b) -> str | None:
+    """"falls" or "rises" where efficiency rows ``a`` (smaller size) and ``b`` of one view are
     apart (``_span``); None where they overlap."""
-    (alo, ahi), (blo, bhi) = _span(a, view), _span(b, view)
+    (alo, ahi), (blo, bhi) = _span(a), _span(b)
     if bhi < alo:
         return "falls"
     return "rises" if blo > ahi else None
@@ -71,8 +71,8 @@ def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
         if abs(ra - rb) < GAP:
             continue
         a, b = rows[small, view].loc[name], rows[large, view].loc[name]
-        change = _change(a, b, view)
-        words = f"{efficiency_cell(a, view)} -> {efficiency_cell(b, view)}"
+        change = _change(a, b)
+        words = f"{efficiency_cell(a)} -> {efficiency_cell(b)}"
         if change and (change == "falls") == (rb > ra):  # its own change moves it
             own.append(f"{VIEW_WORDS[view]} efficiency {change}, {words}")
             changed.append(f"{VIEW_WORDS[view]} {change}")
@@ -80,7 +80,7 @@ def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
         swapped = [o for o in common if o != name and o in orders[small, view]
                    and o in orders[large, view]
                    and (orders[small, view][o] < ra) != (orders[large, view][o] < rb)
-                   and _change(rows[small, view].loc[o], rows[large, view].loc[o], view)]
+                   and _change(rows[small, view].loc[o], rows[large, view].loc[o])]
         other.append(f"{VIEW_WORDS[view]} efficiency {change or 'held'}, {words}: "
                      + (f"it swaps with {', '.join(swapped)}, whose efficiency changed"
                         if swapped else "within the seeds' intervals"))
@@ -113,11 +113,13 @@ def pairs(capacity: pd.DataFrame, family: dict[str, str]) -> list[SizePair]:
     if table.empty:
         return []
     table = table.assign(family=table["label"].map(family)).dropna(subset=["family"])
-    table = table[~table.duplicated(["size", "family"], keep=False)]
+    configs = table.drop_duplicates("label")
+    shared = configs.loc[configs.duplicated(["size", "family"], keep=False), "label"]
+    table = table[~table["label"].isin(shared) & (table["view"] == HEADLINE)]
     found, compared = sorted(table["size"].unique()), []
     for small, large in zip(found, found[1:]):
-        at = {n: table[(table["size"] == n) & table[f"rank{SUFFIX[HEADLINE]}"].notna()]
-              .set_index("family") for n in (small, large)}
+        at = {n: table[(table["size"] == n) & table["rank"].notna()].set_index("family")
+              for n in (small, large)}
         common = sorted(set(at[small].index) & set(at[large].index), key=natural_key)
         if len(common) <= 2 * GAP:
             continue

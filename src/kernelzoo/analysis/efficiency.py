@@ -10,18 +10,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEWS, interval_words
+from kernelzoo.analysis.capacity import VIEWS, by_view
 
 
 def efficiency_order(capacity: pd.DataFrame, view: str = "loss") -> pd.DataFrame:
     """The configurations with a bounded d_dot and a result in ``view``, most efficient first:
-    efficiency = failure point / d_dot (its ``ratio`` column), its interval from its ci columns."""
-    s = SUFFIX[view]
-    rows = capacity[capacity["predicted_capacity"].notna() & capacity[f"ratio{s}"].notna()].copy()
+    their rows of the long table (``capacity.by_view``: failure_point, ci_low, ci_high, outcome,
+    interval, ratio, ... of that view), efficiency = failure point / d_dot (its ``ratio``) with
+    its interval ``efficiency_low``, ``efficiency_high`` from its ci columns."""
+    rows = by_view(capacity)
+    rows = rows[(rows["view"] == view) & rows["predicted_capacity"].notna()
+                & rows["ratio"].notna()].copy()
     d_dot = rows["predicted_capacity"].astype(float)
-    rows["efficiency_low"] = rows[f"ci_low{s}"] / d_dot
-    rows["efficiency_high"] = rows[f"ci_high{s}"] / d_dot
-    return rows.sort_values([f"ratio{s}", "label"], ascending=[False, True], kind="stable")
+    rows["efficiency_low"] = rows["ci_low"] / d_dot
+    rows["efficiency_high"] = rows["ci_high"] / d_dot
+    return rows.sort_values(["ratio", "label"], ascending=[False, True], kind="stable")
 
 
 def efficiency_table(capacity: pd.DataFrame) -> pd.DataFrame:
@@ -31,13 +34,12 @@ def efficiency_table(capacity: pd.DataFrame) -> pd.DataFrame:
     outcome and seeds."""
     frames = []
     for view in VIEWS:
-        s, rows = SUFFIX[view], efficiency_order(capacity, view)
+        rows = efficiency_order(capacity, view)
         frames.append(pd.DataFrame({
             "feature_map": rows["feature_map"], "label": rows["label"],
             "update_rule": rows["update_rule"], "view": view, "rank": np.arange(1, len(rows) + 1),
-            "d_dot": rows["predicted_capacity"].astype(int), "efficiency": rows[f"ratio{s}"],
+            "d_dot": rows["predicted_capacity"].astype(int), "efficiency": rows["ratio"],
             "efficiency_low": rows["efficiency_low"], "efficiency_high": rows["efficiency_high"],
-            "interval": [interval_words(view, n, o) for n, o in
-                         zip(rows["n_seeds"], rows[f"outcome{s}"])],
-            "outcome": rows[f"outcome{s}"], "n_seeds": rows["n_seeds"]}))
+            "interval": rows["interval"], "outcome": rows["outcome"],
+            "n_seeds": rows["n_seeds"]}))
     return pd.concat(frames, ignore_index=True)

@@ -15,7 +15,7 @@ import math
 import pandas as pd
 from scipy import stats
 
-from kernelzoo.analysis.capacity import POINTS, SUFFIX, VIEWS
+from kernelzoo.analysis.capacity import POINTS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import size_groups
 
@@ -32,17 +32,17 @@ def sizes(capacity: pd.DataFrame) -> dict[int, list[int]]:
 
 
 def ranks(capacity: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration with a bounded d_dot: its size and, per view, its rank within
-    the size (NaN: no result in that view)."""
+    """One row per configuration with a bounded d_dot and view: label, its size, the view and
+    its rank within the size in that view (NaN: no result in that view)."""
     frames = []
     for size, levels in sizes(capacity).items():
         mine = capacity[capacity["predicted_capacity"].isin(levels)]
-        out = mine[["label"]].assign(size=size).set_index("label")
         for view in VIEWS:
             order = efficiency_order(mine, view)
-            out[f"rank{SUFFIX[view]}"] = pd.Series(range(1, len(order) + 1),
-                                                   index=order["label"].to_numpy())
-        frames.append(out.reset_index())
+            rank = pd.Series(range(1, len(order) + 1), index=order["label"].to_numpy())
+            frames.append(pd.DataFrame({"label": mine["label"].to_numpy(), "size": size,
+                                        "view": view,
+                                        "rank": mine["label"].map(rank).to_numpy(float)}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -68,10 +68,9 @@ def limits(r) -> list[str]:
     return found
 
 
-def efficiency_cell(r, view: str) -> str:
-    """Efficiency in ``view`` of a row of ``efficiency_order``: median [interval], or a bound."""
-    s = SUFFIX[view]
-    ratio, outcome = r[f"ratio{s}"], r[f"outcome{s}"]
+def efficiency_cell(r) -> str:
+    """Efficiency of a row of ``efficiency_order``: median [interval], or a bound."""
+    ratio, outcome = r["ratio"], r["outcome"]
     if outcome not in POINTS:
         return f"{'>=' if outcome == 'never_fails' else '<='} {ratio:.2f}"
     return f"{ratio:.2f} [{r['efficiency_low']:.2f}, {r['efficiency_high']:.2f}]"
@@ -80,10 +79,12 @@ def efficiency_cell(r, view: str) -> str:
 def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:
     """(view, other view, Spearman's rho of their failure point / d_dot, configurations) for
     each pair of views over the configurations with a bounded d_dot ranked in both (3 or more)."""
-    rows, found = capacity[capacity["predicted_capacity"].notna()], []
+    rows = by_view(capacity[capacity["predicted_capacity"].notna()])
+    ratios, found = rows.pivot(index="label", columns="view", values="ratio"), []
+    ratios = ratios.reindex(rows["label"].drop_duplicates())  # in the capacity table's order
     for i, v in enumerate(VIEWS):
         for w in VIEWS[i + 1:]:
-            both = rows[[f"ratio{SUFFIX[v]}", f"ratio{SUFFIX[w]}"]].dropna()
+            both = ratios[[v, w]].dropna()
             if len(both) >= 3:
                 found.append((v, w, stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic,
                               len(both)))

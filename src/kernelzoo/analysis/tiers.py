@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis.capacity import BOUNDS, POINTS, SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import BOUNDS, POINTS, VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.rankings import limits, sizes
 
@@ -40,12 +40,10 @@ def tiers(capacity: pd.DataFrame) -> list[Placed]:
     for size, levels in sizes(capacity).items():
         mine = capacity[capacity["predicted_capacity"].isin(levels)]
         for view in VIEWS:
-            s = SUFFIX[view]
             order = efficiency_order(mine, view)
             tier, floor = 0, math.inf
             for r in order.itertuples():
-                outcome = getattr(r, f"outcome{s}")
-                ratio = getattr(r, f"ratio{s}")
+                outcome, ratio = r.outcome, r.ratio
                 if outcome not in POINTS:
                     found.append(Placed(r.label, size, view, None, ratio, math.nan, math.nan,
                                         outcome))
@@ -59,17 +57,11 @@ def tiers(capacity: pd.DataFrame) -> list[Placed]:
 
 
 def tier_table(capacity: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration with a bounded d_dot: label, size and per view its tier
-    (``tier``, ``tier_acc``, ``tier_keys``; NA: a bound or no result)."""
-    rows: dict[str, dict] = {}
-    for p in tiers(capacity):
-        row = rows.setdefault(p.label, {"label": p.label, "size": p.size})
-        row[f"tier{SUFFIX[p.view]}"] = p.tier
-    table = pd.DataFrame(list(rows.values()),
-                         columns=["label", "size", *(f"tier{SUFFIX[v]}" for v in VIEWS)])
-    for view in VIEWS:
-        table[f"tier{SUFFIX[view]}"] = table[f"tier{SUFFIX[view]}"].astype("Int64")
-    return table
+    """One row per configuration with a bounded d_dot and view: label, size, view and its tier
+    there (NA: a bound or no result)."""
+    table = pd.DataFrame([(p.label, p.size, p.view, p.tier) for p in tiers(capacity)],
+                         columns=["label", "size", "view", "tier"])
+    return table.astype({"tier": "Int64"})
 
 
 def _share(seeds_with: pd.Series, seeds: pd.Series) -> pd.Series:
@@ -101,13 +93,15 @@ def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
     lenient_runs = runs[ok & (runs["final_eval_loss"] <= threshold) & (acc < accuracy_threshold)]
     lenient = _share(lenient_runs.drop_duplicates(["label", "seed"]).set_index("label")["seed"],
                      seeds)
+    long = by_view(capacity)
+    bounded = long[long["outcome"].isin(BOUNDS)].groupby("label", sort=False)["view"].agg(list)
     rows = []
-    for r in capacity.itertuples():
-        bounded = [VIEW_WORDS[v] for v in VIEWS if getattr(r, f"outcome{SUFFIX[v]}") in BOUNDS]
+    for r in capacity.itertuples():  # a configuration's bound views in the order of VIEWS
         rows.append({"label": r.label, "diluted": bool(diluted.get(r.label, False)),
                      "partial": bool(partial.get(r.label, False)),
                      "lenient": bool(lenient.get(r.label, False)),
-                     "retrieved_over": float(over.get(r.label, math.nan)), "bound": bounded,
+                     "retrieved_over": float(over.get(r.label, math.nan)),
+                     "bound": [VIEW_WORDS[v] for v in bounded.get(r.label, [])],
                      "limits": limits(r) if not pd.isna(r.predicted_capacity) else [],
                      **{k: getattr(r, k, pd.NA) for k in
                         ("blew_up", "learned_then_lost", "never_learned")}})
@@ -127,9 +121,9 @@ def explains(tier_rows: pd.DataFrame, flag_rows: pd.DataFrame) -> tuple[int, int
     flagged = flag_rows.set_index("label")
     borne = swaps = 0
     for _, rows in tier_rows.groupby("size"):
-        rows = rows.set_index("label")
+        rows = rows.pivot(index="label", columns="view", values="tier").reindex(columns=VIEWS)
         for (a, b), (worse_a, better_b) in BEARS.items():
-            ta, tb = rows[f"tier{SUFFIX[a]}"], rows[f"tier{SUFFIX[b]}"]
+            ta, tb = rows[a], rows[b]
             both = rows.index[ta.notna() & tb.notna()]
             for i, x in enumerate(both):
                 for y in both[i + 1:]:

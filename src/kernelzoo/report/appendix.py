@@ -41,13 +41,18 @@ CAPTIONS = {
     "accuracy_panels": "Final eval accuracy against the number of keys, one panel per family: "
                        "each seed thin, the median bold, the accuracy-view failure point a star "
                        "on the threshold, d_dot dashed.",
+    "keys_retrieved_panels": "Keys retrieved (number of keys x accuracy) against the number of "
+                             "keys, one panel per family: each seed thin, the median bold, the "
+                             "view's failure point (the most keys retrieved) a star, every key "
+                             "retrieved dotted (y = x), d_dot dashed.",
     "loss_vs_keys": "Final eval loss against the number of keys, median over seeds: a star marks "
                     "each configuration's loss-view failure point n* on the tau line, a dashed "
                     "line each distinct predicted capacity d_dot, a dash-dotted curve the loss "
                     "floor of a rank-d_dot read-out (the rank bound); an x at the top a run "
                     "without a finite loss (diverged); hollow markers, for the authors' "
                     "configurations, their published losses. fwm configurations have a panel "
-                    "of their own, against their floor 0.5 / S.",
+                    "of their own, against their floor 0.5 / S. Drawn beside the panels where "
+                    "fwm ran, or where the authors' losses are shown on at most 8 lines.",
     "observed_vs_predicted": "The headline: each failure point against the capacity its map "
                              "predicts, with its order-statistic interval over seeds (solid) or "
                              "one seed's bracket (dashed); triangles are bounds, hollow markers "
@@ -63,9 +68,6 @@ CAPTIONS = {
                            "own value beside it.",
     "curves": "Eval loss during training of the runs just below and above each failure point, "
               "with tau and the trainer's stop threshold.",
-    "accuracy_vs_keys": "The accuracy view (left: retrieval accuracy against the number of "
-                        "keys, with the threshold) and the keys-retrieved view (right: number "
-                        "of keys x accuracy, its maximum the view's value; dotted y = x).",
     "capacity_scaling": "Per view and family, failure point / d_dot against d_dot: each seed "
                         "(dots), each level's median with its order-statistic interval, the law "
                         "n* = a d_dot^b fitted to the level medians with its 95% t band; the "

@@ -1,7 +1,9 @@
 """The wandb dashboard of an analysis: its long tables (capacity, efficiency and scaling per view,
-the final eval values per number of keys), each with feature_map and view columns to filter by,
-interactive charts drawn from their rows (``CHARTS``) and the figures, logged as one
-``analysis`` run of the experiment's group (``log_dashboard``).
+the final eval values per number of keys), each with feature_map and view columns to filter by
+and each row's family with its colour (the figures' hex colour, ``panels.palette``), interactive
+charts drawn from their rows (``CHARTS``) and the figures, logged as one ``analysis`` run of the
+experiment's group (``log_dashboard``). wandb's built-in charts choose their own colours (their
+Vega specs have no colour field), so the family colour travels as the tables' ``color`` column.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.colors import to_hex
 from omegaconf import OmegaConf
 
 from kernelzoo.analysis import efficiency, scaling
 from kernelzoo.analysis.capacity import VIEWS, by_view
 from kernelzoo.analysis.labels import is_search
 from kernelzoo.records import tracking
+from kernelzoo.report.panels import palette, panels
 
 
 def dashboard_tables(runs: pd.DataFrame, capacity: pd.DataFrame,
@@ -25,7 +29,8 @@ def dashboard_tables(runs: pd.DataFrame, capacity: pd.DataFrame,
     view columns to filter by: capacity (``capacity.by_view``), efficiency
     (``efficiency.efficiency_table``), scaling (``scaling.csv``) and keys: per configuration, view
     and n_keys the median over seeds of the final eval loss, accuracy or keys retrieved (no
-    value where the run diverged), one ``series`` per configuration (a search's: per seed)."""
+    value where the run diverged), one ``series`` per configuration (a search's: per seed);
+    every row with its ``family`` and that family's ``color`` (hex) as the figures draw it."""
     feasible = runs[runs["status"] != "infeasible"]
     diverged = feasible["status"].eq("diverged")
     series = feasible["label"] if not is_search(runs) else \
@@ -38,8 +43,18 @@ def dashboard_tables(runs: pd.DataFrame, capacity: pd.DataFrame,
         .groupby(["feature_map", "label", "update_rule", "series", "view", "n_keys"])["value"]
         .agg(value="median", seeds="size").reset_index() for view, value in values.items()],
         ignore_index=True)
-    return {"capacity": by_view(capacity), "efficiency": efficiency.efficiency_table(capacity),
-            "scaling": scaling.table(families), "keys": keys}
+    colors = palette(families, capacity)
+    family = {label: name for name, labels in panels(families, capacity) for label in labels}
+
+    def painted(frame: pd.DataFrame, names: pd.Series) -> pd.DataFrame:
+        return frame.assign(family=names, color=names.map(lambda n: to_hex(colors[n])
+                                                          if n in colors else None))
+
+    tables = {"capacity": by_view(capacity), "efficiency": efficiency.efficiency_table(capacity),
+              "keys": keys}
+    tables = {name: painted(frame, frame["label"].map(family)) for name, frame in tables.items()}
+    law = scaling.table(families)
+    return {**tables, "scaling": painted(law, law["family"])}
 
 
 # the interactive charts of the dashboard, each drawn from the rows of one of its tables where

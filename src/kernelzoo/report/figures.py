@@ -24,8 +24,8 @@ from kernelzoo.analysis.intervals import describe
 from kernelzoo.analysis.labels import dkey, natural, size_groups
 from kernelzoo.analysis.scaling import Family
 from kernelzoo.report.heatmaps import heatmaps
-from kernelzoo.report.panels import family_colors_of, headline, key_panels, palette
-from kernelzoo.report.plots import accuracy_vs_keys, curves, loss_vs_keys
+from kernelzoo.report.panels import MAX_SERIES, family_colors_of, headline, key_panels, palette
+from kernelzoo.report.plots import curves, loss_vs_keys
 from kernelzoo.report.style import (OUTCOME_MARKERS, OUTCOME_WORDS, PUBLISHED_LABEL, bar_handles,
                                     config_colors, error_bar, legend, log_square, save)
 
@@ -234,10 +234,15 @@ def all_figures(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
                 families: list[scaling.Family], out_dir: Path,
                 threshold: float, accuracy_threshold: float,
                 search: bool = False) -> tuple[list[Path], list[str]]:
-    """Every figure of the analysis in report order, one colour per configuration, and one
-    line per figure left out (why). A search's sparse probes have no grid for heatmaps;
-    ``capacity_scaling`` (``scaling.figure``) needs a family with runs at two d_dot levels."""
+    """Every figure of the analysis in report order, one colour per family, and one line per
+    figure left out (why). A search's sparse probes have no grid for heatmaps;
+    ``capacity_scaling`` (``scaling.figure``) needs a family with runs at two d_dot levels. The
+    views against n_keys are small multiples (``panels.key_panels``); ``loss_vs_keys``, every
+    configuration on one axis, is drawn only beside them where it shows what they do not: fwm
+    against its own floor, or the authors' published losses on at most MAX_SERIES lines."""
     colors = family_colors_of(capacity, families)
+    one_axis = runs["update_rule"].eq("fwm").any() or (
+        len(published) > 0 and capacity["label"].nunique() <= MAX_SERIES)
     maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
     scaled = any(f.points["d_dot"].nunique() >= 2 for f in families)
     if not scaled:
@@ -248,12 +253,13 @@ def all_figures(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
         *([headline(capacity, families, out_dir)] if bounded else []),
         key_panels(runs, capacity, families, threshold, out_dir, "loss"),
         key_panels(runs, capacity, families, accuracy_threshold, out_dir, "accuracy"),
-        loss_vs_keys(runs, capacity, published, colors, threshold, out_dir),
+        key_panels(runs, capacity, families, None, out_dir, "keys_retrieved"),
+        *([loss_vs_keys(runs, capacity, published, colors, threshold, out_dir)]
+          if one_axis else []),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
         *([capacity_scaling(families, out_dir, palette(families, capacity))] if scaled else []),
         *([capacity_efficiency(capacity, seeds, colors, out_dir)]
           if any(len(efficiency.efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
         *maps,
         curves(curve_table, colors, threshold, out_dir),
-        accuracy_vs_keys(runs, colors, accuracy_threshold, out_dir),
     ], omitted

@@ -8,7 +8,7 @@ bar marks S = d_dot; diverged or missing losses are drawn at the top of the scal
 grey is no run.
 
 A heatmap is left out when no cell passes (every median final loss is above tau, diverged or
-missing): it then shows no boundary between passing and failing, and ``loss_vs_keys`` already
+missing): it then shows no boundary between passing and failing, and ``loss_panels`` already
 shows those losses. fwm configurations are never in a heatmap: their loss has a floor of 0.5 / S
 (``update_rules``), so its colour against tau says nothing of retrieval. ``heatmaps`` returns one
 line per map or rule left out, for the report.
@@ -116,7 +116,7 @@ def heatmaps(runs: pd.DataFrame, threshold: float, out_dir: Path) -> tuple[list[
         else:
             omitted.append(f"heatmap_{fmap}: left out, as no cell passes (every median final "
                            f"loss is above tau = {threshold:g}, diverged or missing): it would "
-                           "show no boundary; its losses are in loss_vs_keys")
+                           "show no boundary; its losses are in loss_panels")
     if not drawn:
         return [], omitted
     norm = shared_norm([table for _, _, table, _ in drawn], threshold)

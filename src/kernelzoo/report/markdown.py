@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernelzoo.analysis import protocol, tiers
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
 from kernelzoo.analysis.labels import bound, cell, natural
 from kernelzoo.analysis.pipeline import Analysis
 from kernelzoo.records.files import atomic_write_text
@@ -49,16 +49,15 @@ def protocol_line(runs: pd.DataFrame) -> str:
                                "learning rather than lack of capacity." if hit else "."))
 
 
-def observed(r, view: str = "loss") -> str:
-    """A failure point in one view as read: one seed with its bracket ("57.1 (between 40 and
-    60)"), bounds as inequalities, several seeds as the median with its interval."""
-    s = SUFFIX[view]
-    value, outcome = getattr(r, f"observed_capacity{s}"), getattr(r, f"outcome{s}")
-    low, high = getattr(r, f"ci_low{s}"), getattr(r, f"ci_high{s}")
+def observed(r) -> str:
+    """A failure point in one view as read, from its row of the long table
+    (``capacity.by_view``): one seed with its bracket ("57.1 (between 40 and 60)"), bounds as
+    inequalities, several seeds as the median with its interval."""
+    value, outcome, low, high = r.failure_point, r.outcome, r.ci_low, r.ci_high
     if outcome in ("no_data", "not_searched"):
         return "–" if outcome == "no_data" else "not searched"
     if r.n_seeds == 1:
-        if outcome == "fails_at" and view != "keys_retrieved":
+        if outcome == "fails_at" and r.view != "keys_retrieved":
             return f"{cell(value)} (between {cell(low)} and {cell(high)})"
         return bound(value, outcome)
     shown = bound(value, outcome) if outcome != "fails_at" else cell(value)
@@ -108,6 +107,7 @@ def capacity_lines(a: Analysis) -> list[str]:
     views where any configuration has one, and the flags."""
     capacity, ref, theirs = a.capacity, has_reference(a.capacity), has_published(a.capacity)
     flags = a.long.drop_duplicates("label").set_index("label")["flags"]
+    views = {label: rows for label, rows in a.long.groupby("label", sort=False)}
     head = ["configuration", "d_dot", "seeds", *(VIEW_WORDS[v] for v in VIEWS),
             "loss / d_dot", *(["reference (loss)"] if ref else []),
             *(["published (loss)"] if theirs else []), "flags"]
@@ -115,7 +115,7 @@ def capacity_lines(a: Analysis) -> list[str]:
     for r in capacity.itertuples():
         lines.append("| " + " | ".join([
             r.label, cell(r.d_dot) if pd.notna(r.predicted_capacity) else "unbounded",
-            str(r.n_seeds), *(observed(r, v) for v in VIEWS), cell(r.ratio, 2),
+            str(r.n_seeds), *map(observed, views[r.label].itertuples()), cell(r.ratio, 2),
             *([bound(r.reference_capacity, r.reference_outcome)] if ref else []),
             *([published(r)] if theirs else []), flags.get(r.label, "")]) + " |")
     levels = sorted({f"{n} seeds {lv:.4g}%" for n, lv in

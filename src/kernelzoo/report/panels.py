@@ -1,7 +1,9 @@
 """Small multiples, one panel per family (``scaling.families``), one colour per family in every
-panel: ``loss_panels`` and ``accuracy_panels`` (each configuration's final eval loss or accuracy
-against n_keys: each seed a thin line, the median over seeds bold, its failure point a star on the
-threshold, its d_dot a dashed line, the loss floor of its read-out dash-dotted), and ``headline``
+panel: ``loss_panels``, ``accuracy_panels`` and ``keys_retrieved_panels`` (each configuration's
+final eval loss, accuracy or keys retrieved against n_keys: each seed a thin line, the median over
+seeds bold, its failure point a star (on the threshold; in the keys-retrieved view at the most
+keys retrieved, under the dotted y = x), its d_dot a dashed line, the loss floor of its read-out
+dash-dotted), and ``headline``
 (each view a panel: the failure point against d_dot per family, both sizes, with its interval).
 Labels are horizontal; at most ``MAX_SERIES`` configurations share a panel."""
 
@@ -16,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from kernelzoo.analysis import rank_bound
-from kernelzoo.analysis.capacity import POINTS, SUFFIX, VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import POINTS, VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.labels import natural, natural_key
 from kernelzoo.report.style import DISPLAY_FLOOR, OUTCOME_MARKERS, family_colors, save
 
@@ -93,19 +95,33 @@ def _draw(ax, runs, capacity, labels, color, column, threshold, view) -> None:
                 label=f"d_dot {int(r.d_dot)}" if pd.notna(r.d_dot) else label)
         if pd.notna(r.d_dot):
             ax.axvline(int(r.d_dot), color=color, ls=style, lw=0.8, alpha=0.7, gid="d_dot")
-        s = SUFFIX[view]
-        if getattr(r, f"outcome{s}") == "fails_at":
-            ax.plot(getattr(r, f"observed_capacity{s}"), threshold, ls="none", marker="*",
-                    ms=11, color=color, mec="black", mew=0.5, zorder=6, gid="failure-point")
+        point = by_view(capacity[capacity["label"] == label]).set_index("view").loc[view]
+        value = point["failure_point"]
+        if point["outcome"] == "fails_at" and median.notna().any():
+            at = (value, threshold) if threshold is not None else (median.idxmax(), value)
+            ax.plot(*at, ls="none", marker="*", ms=11, color=color, mec="black", mew=0.5,
+                    zorder=6, gid="failure-point")
         if view == "loss":
             _floor(ax, runs, r, color)
-    ax.axhline(threshold, color="black", ls=":", lw=1)
+    if threshold is None:  # keys retrieved: every key right is y = x
+        top = float(feasible["n_keys"].max())
+        ax.plot([0, top], [0, top], color="black", ls=":", lw=1)
+    else:
+        ax.axhline(threshold, color="black", ls=":", lw=1)
 
 
-def key_panels(runs: pd.DataFrame, capacity: pd.DataFrame, families, threshold: float,
+COLUMNS = {"loss": "final_eval_loss", "accuracy": "final_eval_accuracy",
+           "keys_retrieved": "keys_retrieved"}  # the runs' column each view draws
+Y_LABELS = {"loss": "final eval loss (log)", "accuracy": "final eval accuracy",
+            "keys_retrieved": "keys retrieved: S x accuracy"}
+
+
+def key_panels(runs: pd.DataFrame, capacity: pd.DataFrame, families, threshold: float | None,
                out_dir: Path, view: str) -> Path:
-    """``loss_panels`` (view "loss") or ``accuracy_panels`` (view "accuracy")."""
-    column = {"loss": "final_eval_loss", "accuracy": "final_eval_accuracy"}[view]
+    """``<view>_panels`` for a view of ``VIEWS``: the loss and accuracy views against their
+    ``threshold``, the keys-retrieved view (``threshold`` None) against y = x."""
+    column = COLUMNS[view]
+    runs = runs.assign(keys_retrieved=runs["n_keys"] * runs["final_eval_accuracy"])
     found = panels(families, capacity)
     colors = palette(families, capacity)
     fig, axes = _grid(len(found))
@@ -118,12 +134,14 @@ def key_panels(runs: pd.DataFrame, capacity: pd.DataFrame, families, threshold: 
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6, frameon=False, loc="best")
     fig.supxlabel("number of keys S", fontsize=9)
-    fig.supylabel("final eval loss (log)" if view == "loss" else "final eval accuracy",
-                  fontsize=9)
-    word = "rises above" if view == "loss" else "falls below"
+    fig.supylabel(Y_LABELS[view], fontsize=9)
+    if threshold is None:
+        where = "at the most keys retrieved, dotted: every key retrieved (y = x)"
+    else:
+        where = (f"where it {'rises above' if view == 'loss' else 'falls below'} "
+                 f"{threshold:g} (dotted)")
     fig.suptitle(f"Final eval {VIEW_WORDS[view]} against the number of keys, one panel per "
-                 f"family: seeds thin, median bold, star: failure point where it {word} "
-                 f"{threshold:g} (dotted), dashed: d_dot"
+                 f"family: seeds thin, median bold, star: failure point {where}, dashed: d_dot"
                  + (", dash-dotted: the rank floor" if view == "loss" else ""), fontsize=9)
     fig.legend(handles=[Line2D([], [], color="grey", lw=0.5, label="each seed"),
                         Line2D([], [], color="grey", lw=2, label="median over seeds"),
@@ -147,26 +165,23 @@ def headline(capacity: pd.DataFrame, families, out_dir: Path) -> Path:
     colors = palette(families, capacity)
     fig = Figure(figsize=(4.2 * len(VIEWS) + 2.4, 4.4), layout="constrained")
     axes = fig.subplots(1, len(VIEWS), sharex=True, sharey=True)
-    values, d_dots = [], []
+    values, d_dots, long = [], [], by_view(bounded)
     shift = {name: 2 ** (DODGE * ((i + 0.5) / len(found) - 0.5)) for i, (name, _) in
              enumerate(found)}
     for ax, view in zip(axes, VIEWS):
-        s = SUFFIX[view]
         for name, labels in found:
-            rows = bounded[bounded["label"].isin(labels)].sort_values("d_dot")
-            rows = rows[rows[f"outcome{s}"] != "no_data"]
+            rows = long[(long["view"] == view) & long["label"].isin(labels)
+                        & (long["outcome"] != "no_data")].sort_values("d_dot")
             if rows.empty:
                 continue
             x = rows["d_dot"].astype(float).to_numpy() * shift[name]
-            y = rows[f"observed_capacity{s}"].to_numpy(float)
-            values += [*y, *rows[f"ci_low{s}"], *rows[f"ci_high{s}"]]
+            y = rows["failure_point"].to_numpy(float)
+            values += [*y, *rows["ci_low"], *rows["ci_high"]]
             d_dots += list(x)
             ax.plot(x, y, lw=1, color=colors[name], alpha=0.6)
             for xi, r in zip(x, rows.itertuples()):
-                outcome = getattr(r, f"outcome{s}")
-                low, high = getattr(r, f"ci_low{s}"), getattr(r, f"ci_high{s}")
+                outcome, low, high, value = r.outcome, r.ci_low, r.ci_high, r.failure_point
                 marker = OUTCOME_MARKERS.get(outcome, "o")
-                value = getattr(r, f"observed_capacity{s}")
                 bar = outcome in POINTS and pd.notna(low) and pd.notna(high)
                 ax.errorbar(xi, value, yerr=[[max(value - low, 0)], [max(high - value, 0)]]
                             if bar else None, fmt=marker, ms=5, capsize=2, lw=0.9,

@@ -1,5 +1,6 @@
-"""The figures against the number of keys: final eval loss (``loss_vs_keys``), accuracy and keys
-retrieved (``accuracy_vs_keys``), and the eval curves around each failure point (``curves``).
+"""The figures against the number of keys on one axis: final eval loss (``loss_vs_keys``, with
+the authors' published losses and fwm against its own floor), and the eval curves around each
+failure point (``curves``).
 
 Every function takes the analysis' tables (``runs``: one row per summary plus ``label``;
 ``capacity``: the capacity table with its published columns; ``published``: the authors' points
@@ -257,33 +258,6 @@ def loss_vs_keys(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataF
                           threshold, x_max)
     draw_fwm_loss(axes[-1], runs[fwm], colors, x_max)
     return save(fig, out_dir / "loss_vs_keys.png")
-
-
-def accuracy_vs_keys(runs: pd.DataFrame, colors: dict, accuracy_threshold: float,
-                     out_dir: Path) -> Path:
-    """The accuracy and keys-retrieved views against the number of keys: retrieval accuracy
-    with the accuracy threshold (left), keys retrieved = n_keys x accuracy with y = x (right)."""
-    fig = Figure(figsize=(13, 5), layout="constrained")
-    left, right = fig.subplots(1, 2)
-    notes = _per_key(left, runs, colors, "final_eval_accuracy", "bottom")
-    handles = left.get_legend_handles_labels()[0]
-    left.axhline(accuracy_threshold, color="black", ls=":", lw=1)
-    left.set_ylim(-0.03, 1.03)
-    left.set_xlabel("number of keys S")
-    left.set_ylabel("final evaluation retrieval accuracy")
-    left.set_title(f"accuracy view: fails below {accuracy_threshold:g}", fontsize=10)
-    keys = runs.assign(keys_retrieved=runs["n_keys"] * runs["final_eval_accuracy"])
-    _per_key(right, keys, colors, "keys_retrieved", "bottom")
-    top = float(runs["n_keys"].max())
-    right.plot([0, top], [0, top], color="black", ls=":", lw=1)
-    right.set_xlabel("number of keys S")
-    right.set_ylabel("keys retrieved: S x accuracy")
-    right.set_title("keys-retrieved view: its maximum over S (dotted: every key)", fontsize=10)
-    fig.suptitle(f"Retrieval against the number of keys ({dkey(runs['d_key'])})", fontsize=10)
-    legend(right, handles + [Line2D([], [], color="black", ls=":", lw=1,
-                                    label=f"accuracy threshold {accuracy_threshold:g}; "
-                                          "y = x")] + notes)
-    return save(fig, out_dir / "accuracy_vs_keys.png")
 
 
 def curves(curve_table: pd.DataFrame, colors: dict, threshold: float, out_dir: Path) -> Path:

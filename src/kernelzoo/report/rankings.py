@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kernelzoo.analysis import between_sizes
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, value_column
+from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import bound, cell, natural_key
 from kernelzoo.analysis.rankings import DILUTED, GAP, HEADLINE, diluted, sizes, view_rhos
@@ -60,11 +60,6 @@ def flag_words(f) -> str:
     return "; ".join(words)
 
 
-def _bound(r, view: str) -> str:
-    """A capacity row's failure point in ``view`` as ``labels.bound`` writes it."""
-    return bound(getattr(r, value_column(view)), getattr(r, f"outcome{SUFFIX[view]}"))
-
-
 def _headline_key(p: Placed | None) -> tuple:
     """Rows in accuracy-view order: by tier, then efficiency; bounds and the rest after."""
     if p is None:
@@ -109,8 +104,9 @@ def tier_section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None,
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {flagged.get(label, '')} |")
         unbounded = capacity[capacity["predicted_capacity"].isna()
                              & capacity["d_key"].isin(sizes(capacity)[size])]
-        lines += [""] + [f"Reference, no d_dot: {r.label}, failure point " + "; ".join(
-            f"{VIEW_WORDS[v]} {_bound(r, v)}" for v in VIEWS) + "." for r in unbounded.itertuples()]
+        lines += [""] + [f"Reference, no d_dot: {label}, failure point " + "; ".join(
+            f"{VIEW_WORDS[r.view]} {bound(r.failure_point, r.outcome)}" for r in rows.itertuples())
+            + "." for label, rows in by_view(unbounded).groupby("label", sort=False)]
         lines += [""] if len(unbounded) else []
     return lines
 

@@ -60,7 +60,7 @@ def published_verdict(capacity: pd.DataFrame) -> list[str]:
             f"{published.LEVEL_WORDS}): "
             + "; ".join(f"{r.label} {bound(r.observed_capacity, r.outcome)} against "
                         f"{bound(r.published_capacity, r.published_outcome)}"
-                        + (f" ({r.published_verdict})" if r.published_verdict != "one seed"
+                        + (f", {r.published_verdict}" if r.published_verdict != "one seed"
                            else "") for r in theirs.itertuples()) + "."]
 
 
@@ -209,8 +209,8 @@ def stall_verdict(a: Analysis) -> list[str]:
     stalled = int(a.runs["stalled"].sum())
     if not stalled:
         return []
-    return [f"- **Stalls**: {stalled} of {len(a.runs)} runs stalled (a few keys never learned "
-            f"under capacity); {len(a.checked)} checked, "
+    return [f"- **Stalls** (a few keys never learned under capacity): {stalled} of "
+            f"{len(a.runs)} runs stalled; {len(a.checked)} checked, "
             f"{int(a.checked['clears_loss'].sum()) if len(a.checked) else 0} cleared in the "
             "loss view; the table counts each run as it ended."]
 
