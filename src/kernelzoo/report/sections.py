@@ -106,11 +106,14 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFr
     if len(checked) > SHOWN:
         lines.append(f"| ... {plural(len(checked) - SHOWN, 'more check')}: the checks are the "
                      "rows of runs.parquet with a `stall_check_of` | | | | | | |")
-    moved = capacity[capacity["stalls_cleared"] > 0]
-    lines += ["", "Failure points moved by verified stalls (loss view, secondary column): "
+    shown = pd.Series([cell(a) != cell(b) for a, b in zip(
+        capacity["observed_capacity_verified"], capacity["observed_capacity"])],
+        index=capacity.index, dtype=bool)
+    moved = capacity[capacity["stalls_checked"].gt(0) & shown]
+    lines += ["", "Failure points that the checks move (loss view, secondary column): "
               + ("; ".join(f"{r.label}: {cell(r.observed_capacity)} as the runs ended, "
-                           f"{cell(r.observed_capacity_verified)} with the cleared stalls set "
-                           "aside" for r in moved.itertuples()) or "none") + "."]
+                           f"{cell(r.observed_capacity_verified)} with each checked stall "
+                           "replaced by its check" for r in moved.itertuples()) or "none") + "."]
     return lines + [""]
 
 
