@@ -246,3 +246,26 @@ def seeds_for(setting: Setting, runs: pd.DataFrame, seeds: pd.DataFrame, thresho
     if setting.test != "paired" or "label" not in runs:
         return seeds
     return seed_table(common_probes(runs, setting), threshold, accuracy_threshold)
+
+
+def tables(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame,
+           threshold: float | None = None,
+           accuracy_threshold: float | None = None) -> tuple[tuple[Setting, pd.DataFrame], ...]:
+    """(setting, ``table``) for each setting some configurations ran at several levels of;
+    with the thresholds, a paired test reads its seeds over the common probes (``seeds_for``)."""
+    found = []
+    for setting in SETTINGS:
+        mine = seeds if threshold is None else seeds_for(setting, runs, seeds, threshold,
+                                                         accuracy_threshold)
+        table_ = table(mine, capacity, setting)
+        if not table_.empty:
+            found.append((setting, table_))
+    return tuple(found)
+
+
+def counts(found: pd.DataFrame, view: str) -> tuple[dict[str, int], list[str]]:
+    """In ``view`` of ``table``'s rows: how many configurations reached each of VERDICTS, and the
+    labels of those that rise (beyond or within the margin)."""
+    mine = found[found["view"] == view]
+    return ({v: int((mine["verdict"] == v).sum()) for v in VERDICTS},
+            list(mine.loc[mine["verdict"].isin(RISES), "label"]))

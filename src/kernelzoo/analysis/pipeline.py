@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis import (dynamics, factorial, prediction, published, rank_bound, scaling,
-                                settings, stalls)
+from kernelzoo.analysis import (dynamics, factorial, optimisation, prediction, published,
+                                rank_bound, scaling, settings, stalls)
 from kernelzoo.analysis.capacity import by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.analysis.flags import flags
 from kernelzoo.analysis.labels import is_search, natural_key
@@ -37,7 +37,8 @@ class Analysis:
     the stall checks' runs; seeds: ``capacity.seed_table``; capacity: one row per configuration
     (capacity.csv); long: one row per configuration and view with its flags
     (``capacity.by_view``, capacity_long.csv); checked: ``stalls.check_outcomes``; published: the authors' points of the
-    matching configurations; families: ``scaling.families``; effects: ``factorial.table``;
+    matching configurations; families: ``scaling.families``; moves: ``optimisation.tables``
+    (the paired test over common probes); effects: ``factorial.table``;
     curves: the eval curves of the runs around each failure point; history: sweep.json (None
     without one); stall_lines: one line per stalled run; holes: a grid's missing points (None
     for a search); missing, damaged, set_aside: what could not be read or was left out."""
@@ -54,6 +55,7 @@ class Analysis:
     checked: pd.DataFrame = field(default_factory=pd.DataFrame)
     published: pd.DataFrame = field(default_factory=pd.DataFrame)
     families: tuple = ()
+    moves: tuple = ()
     effects: pd.DataFrame = field(default_factory=pd.DataFrame)
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     history: dict | None = None
@@ -231,6 +233,7 @@ def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold
         long=by_view(capacity.assign(flags=flags(capacity, seeds, runs, threshold,
                                                      accuracy_threshold))),
         published=points, families=tuple(scaling.families(runs, seeds)),
+        moves=optimisation.tables(seeds, capacity, runs, threshold, accuracy_threshold),
         effects=factorial.table(capacity, seeds), curves=around, history=history,
         stall_lines=tuple(lines), holes=None if is_search(runs) else tuple(grid_holes(runs)),
         damaged=tuple(damaged + unreadable), **base)

@@ -214,7 +214,7 @@ def write_report(a: Analysis, figures: list[Path], omitted: list[str]) -> Path:
     flag_rows = tiers.flags(capacity, runs, a.threshold, a.accuracy_threshold)
     lines += ["", *efficiency_section(capacity), *tier_section(capacity, flag_rows, level=3),
               *between_sizes_section(capacity, family), *update_rule_section(capacity, runs),
-              *optimisation_section(a.seeds, capacity, runs, a.threshold, a.accuracy_threshold),
+              *optimisation_section(a.moves, runs),
               *scaling_section(list(a.families)), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),
               *stall_section(runs, capacity, a.checked), *factorial_section(a.effects),

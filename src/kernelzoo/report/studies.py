@@ -127,20 +127,12 @@ def verdict_words(r) -> str:
     return f"{r.verdict} ({power}{detect})"
 
 
-def optimisation_section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame,
-                         threshold: float | None = None,
-                         accuracy_threshold: float | None = None) -> list[str]:
-    """The report's sections of the optimisation test, one per setting that varies ("Learning
-    rate", "Stopping rule", which also counts the ``runs`` that reached the step cap); [] without
-    configurations run at several levels of one. With the thresholds, the paired test reads its
-    seeds over the common probes (``optimisation.seeds_for``)."""
+def optimisation_section(moves: tuple, runs: pd.DataFrame) -> list[str]:
+    """The report's sections of the optimisation test (``moves``: ``optimisation.tables``), one
+    per setting that varies ("Learning rate", "Stopping rule", which also counts the ``runs``
+    that reached the step cap); [] without configurations run at several levels of one."""
     out = []
-    for setting in optimisation.SETTINGS:
-        mine = seeds if threshold is None else optimisation.seeds_for(
-            setting, runs, seeds, threshold, accuracy_threshold)
-        found = optimisation.table(mine, capacity, setting)
-        if found.empty:
-            continue
+    for setting, found in moves:
         published = setting.words(setting.base)
         out += [f"### {setting.heading}", "",
                 f"{WHAT_D[setting.test]}, each level minus the published one ({published}), in "
@@ -163,13 +155,10 @@ def optimisation_section(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.D
                        f"{cell(r.decided_at)} | {bound_cell} |")
         out.append("")
         for view in VIEWS:
-            mine = found[found["view"] == view]
-            counts = "; ".join(f"{v}: {int((mine['verdict'] == v).sum())}"
-                               for v in optimisation.VERDICTS)
-            moved = mine.loc[mine["verdict"].isin(optimisation.RISES), "label"]
-            out.append(f"- {VIEW_WORDS[view]} view, {plural(len(mine), 'configuration')}: "
-                       f"{counts}" + (f" (rises: {', '.join(moved)})" if len(moved) else "")
-                       + ".")
+            counts, moved = optimisation.counts(found, view)
+            out.append(f"- {VIEW_WORDS[view]} view, {plural(sum(counts.values()), 'configuration')}"
+                       ": " + "; ".join(f"{v}: {n}" for v, n in counts.items())
+                       + (f" (rises: {', '.join(moved)})" if moved else "") + ".")
         if setting is optimisation.STOPPING_RULE:
             out.append(cap_line(runs))
         out.append("")

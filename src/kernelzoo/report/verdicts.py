@@ -145,18 +145,12 @@ def optimisation_verdicts(a: Analysis) -> list[str]:
     """Per setting the test varies: in each view, how many configurations rise beyond the
     margin, within it, do not move or cannot tell (with the margin they would decide above)."""
     lines = []
-    for setting in optimisation.SETTINGS:
-        found = optimisation.table(a.seeds, a.capacity, setting)
-        if found.empty:
-            continue
+    for setting, found in a.moves:
         parts = []
         for view in VIEWS:
-            mine = found[found["view"] == view]
-            counts = ", ".join(f"{v} {int((mine['verdict'] == v).sum())}"
-                               for v in optimisation.VERDICTS)
-            moved = mine.loc[mine["verdict"].isin(optimisation.RISES), "label"]
-            parts.append(f"{VIEW_WORDS[view]}: {counts}"
-                         + (f" ({', '.join(moved)})" if len(moved) else ""))
+            counts, moved = optimisation.counts(found, view)
+            parts.append(f"{VIEW_WORDS[view]}: " + ", ".join(f"{v} {n}" for v, n in counts.items())
+                         + (f" ({', '.join(moved)})" if moved else ""))
         undecided = found[found["verdict"] == optimisation.VERDICTS[3]]["decided_at"]
         undecided = undecided[undecided.map(lambda v: pd.notna(v) and v != float("inf"))]
         lines.append(f"- **Does the failure point move with the {setting.heading.lower()}?** "
