@@ -3,7 +3,8 @@ that could set it: the learning rate (experiment ``lr_robustness``) and the stop
 patience (``lr_patience``). The step cap only stops a run, so a larger cap changes only the runs
 that reached it: the report counts them (``report.studies``). Pure: it reads no file.
 
-Its rule is stated once, in docs/analysis.md ("Capacity or optimisation: the learning rate and the stopping rule").
+Its rule is stated once, in docs/analysis.md ("Capacity or optimisation: the learning rate
+and the stopping rule").
 """
 
 from __future__ import annotations

@@ -141,7 +141,8 @@ def _name(key: tuple, params: dict, rules: bool) -> str:
 
 def families(runs: pd.DataFrame, seeds: pd.DataFrame) -> list[Family]:
     """Every family with a failure point that is a point (fails_at, plateau) in some view
-    (``runs``: ``runs.load_runs``; ``seeds``: ``capacity.seed_table``), in natural order of name, its laws where they qualify."""
+    (``runs``: ``runs.load_runs``; ``seeds``: ``capacity.seed_table``), in natural order of
+    name, its laws where they qualify."""
     keys, params = _keys(runs)
     d_dots = runs.drop_duplicates("label").set_index("label")["d_dot"]
     points = seeds[seeds["label"].isin(keys)]

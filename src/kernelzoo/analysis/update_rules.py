@@ -20,9 +20,10 @@ L = S (the authors' quirk; training ones 2S), about 0.63 S distinct keys, so a s
 expected to hold up to about d_dot / 0.63 = 1.58 d_dot keys. The table gives the distinct keys
 of an evaluation sequence at each failure point against d_dot.
 
-The report's section (``report.studies``) also says, per sum-rule configuration, whether the sum rule retrieves at all when
-keys are written again (Setting 2: a key's answer is the LAST value written, and the sum rule
-only adds), and lists the runs that diverged with the reason their summary gives.
+The report's section (``report.studies``) also says, per sum-rule configuration, whether the
+sum rule retrieves at all when keys are written again (Setting 2: a key's answer is the LAST
+value written, and the sum rule only adds), and lists the runs that diverged with the reason
+their summary gives.
 """
 
 from __future__ import annotations
