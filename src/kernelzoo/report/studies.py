@@ -222,22 +222,3 @@ def effect_cell(r) -> str:
         return f"{factorial.BOUNDED} ({r.bounds} of {r.seeds} seeds bounds)"
     return (f"x{r.ratio:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]"
             + (f" ({r.bounds} bounds, censored fit)" if r.bounds else ""))
-
-
-def factorial_summary(effects: pd.DataFrame,
-                      simple: list[factorial.SimpleEffect] = ()) -> list[str]:
-    """docs/results.md's lines per 2^k design (``table``'s rows or factorial.csv): each view's
-    main effects and two-factor interactions, and the ``simple`` effects where an interaction's
-    interval excludes 1."""
-    lines = []
-    for title, rows in effects.groupby("design", sort=False):
-        lines += [f"Factorial {title} ({rows['factors'].iloc[0]}; {rows['seeds'].iloc[0]} "
-                  "seeds): each change's ratio on the failure point, 95% interval "
-                  "(`analysis/factorial.py`):", ""]
-        for view, of_view in rows[rows["order"] <= 2].groupby("view", sort=False):
-            lines.append(f"- {VIEW_WORDS[view]}: " + "; ".join(
-                f"{r.effect} {effect_cell(r)}" for r in of_view.itertuples()) + ".")
-            mine = [e for e in simple if e.design == title]
-            lines += [f"  - {words}." for words in simple_words(mine, view)]
-        lines.append("")
-    return lines
