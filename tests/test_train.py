@@ -132,6 +132,24 @@ def test_rejected_config_exits_2_with_one_short_line(tmp_path, args, needle):
     assert not (tmp_path / "adhoc" / "runs").exists(), "nothing trained or recorded"
 
 
+@pytest.mark.parametrize("module, args", [("kernelzoo.train", ()),
+                                          ("kernelzoo.sweep", ("quick",))])
+def test_a_torch_that_does_not_fit_ulimit_v_is_one_line_naming_the_limit(tmp_path, module, args):
+    """256 MiB of address space holds Python and Hydra but not libtorch's shared objects."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (256 * 2 ** 20, resource.RLIM_INFINITY))
+
+    res = subprocess.run([sys.executable, "-m", module, *args, f"results_dir={tmp_path}",
+                          "logger=none", "dry_run=true"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, preexec_fn=limit)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.startswith("error: PyTorch cannot be loaded under ulimit -v 262144 KiB")
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir()), "nothing written"
+
+
 @pytest.mark.slow
 def test_unknown_key_is_an_error_not_ignored(tmp_path):
     res = cli("trainer.lrr=0.1", f"results_dir={tmp_path}", "logger=none")

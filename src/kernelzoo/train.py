@@ -53,6 +53,9 @@ def precheck(argv: list[str]) -> None:
                 raise UsageError("stall_check=true: a single run has no sweep whose stalled runs "
                                  "it could check; valid: in a sweep, python -m kernelzoo.sweep "
                                  "<experiment> stall_check=true")
+            from kernelzoo.training import loading
+
+            loading.load()
             from kernelzoo.training import job
             from kernelzoo.training.plan import resolve
 

@@ -110,8 +110,12 @@ def check_points(sweeper, points: list[list[str]]) -> dict[tuple, Plan | Infeasi
     with one line at the first point that has a bad value, named by what sets it apart."""
     if not points:  # every point is done: nothing to check, and torch stays unloaded
         return {}
-    import torch
+    from kernelzoo.training import loading
 
+    try:
+        torch = loading.load()
+    except UsageError as err:
+        fail(str(err))
     from kernelzoo.training.plan import resolve
 
     compose, plans, threads = Composer(sweeper), {}, torch.get_num_threads()
