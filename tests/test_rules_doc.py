@@ -20,6 +20,7 @@ CONSTANTS = {
     "`LOSS_FLOOR`": capacity.LOSS_FLOOR,
     "`PLATEAU_PROBES`": capacity.PLATEAU_PROBES,
     "`PLATEAU_FLAT`": capacity.PLATEAU_FLAT,
+    "`PLATEAU_SPAN`": capacity.PLATEAU_SPAN,
     "`TOUCH`": flags.TOUCH,
     "`LEVEL`": intervals.LEVEL,
     "`MIN_POINTS`": censored.MIN_POINTS,

@@ -15,7 +15,8 @@ import random
 import numpy as np
 import pytest
 
-from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, accuracy_failing, failing, loss_failure
+from kernelzoo.analysis.capacity import (VIEW_WORDS, VIEWS, accuracy_failing, failing, loss_failure,
+                                         plateau)
 from hydra_plugins.kernelzoo_sweeper._search import (Observation, Peak, Probe, SearchConf, Spec,
                                                      Verdict, default_resolution, make_spec,
                                                      next_probes, search_views)
@@ -225,17 +226,27 @@ def rank_bound(d_dot: int, decay: float = 1.0):
     return lambda n: (1e-4, 1.0) if n <= d_dot else (0.2, (d_dot / n) ** decay)
 
 
-def test_rank_bound_series_keys_retrieved_is_flat_and_bounded_by_max_keys():
+def test_rank_bound_series_keys_retrieved_is_a_plateau_once_flat_over_a_doubling():
     s = spec(64, lo=8, hi=256)
     views, probes, rounds = run_views(s, rank_bound(64))
     loss, accuracy, keys = (views.verdicts[v] for v in ("loss", "accuracy", "keys_retrieved"))
     check_located(loss, 65, s.resolution)
     check_located(accuracy, 65, s.resolution)  # 64 / 65 < 0.99
-    # K = 64 from 64 keys up, never smaller: up to max_keys, bounded there
-    assert keys == Peak("never_peaks", keys=64.0, at=64, bound=256)
+    # K = 64 from 64 keys up, never smaller: flat over three probes that answer keys wrong, the
+    # analysis' plateau, so the doubling stops short of max_keys
+    assert keys == Peak("plateau", keys=64.0, at=64)
     ns = [n for n, _ in probes]
-    assert ns[:2] == [32, 64] and max(ns) == 256 and len(ns) == len(set(ns))
+    assert ns[:2] == [32, 64] and max(ns) < 256 and len(ns) == len(set(ns))
+    assert plateau(sorted(ns), [min(n, 64.0) for n in sorted(ns)])  # the analysis reads the same probes as a plateau
     assert rounds <= 8 and len(ns) <= 10, probes
+
+
+def test_a_keys_retrieved_count_that_still_rises_is_doubled_to_max_keys():
+    """K rises 10% per doubling past d_dot (never flat within 5%): never_peaks at max_keys."""
+    s = spec(64, lo=8, hi=256)
+    rising = lambda n: (1e-4, 1.0) if n <= 64 else (0.2, 64 * 1.1 ** math.log2(n / 64) / n)
+    keys = run_views(s, rising)[0].verdicts["keys_retrieved"]
+    assert keys.outcome == "never_peaks" and keys.bound == 256, keys
 
 
 def test_rank_bound_series_with_falling_accuracy_peaks_at_d_dot():

@@ -154,6 +154,11 @@ def test_a_flat_keys_retrieved_count_is_a_plateau_at_its_level():
     assert series(DPFP1[-PLATEAU_PROBES + 1:]).outcome == "never_fails"
     edge = (1 - PLATEAU_FLAT) * 40  # 38 of 40: flat at the edge; just under it: not
     assert plateau([40, 60, 80], [edge, 39, 40]) and not plateau([40, 60, 80], [edge - 0.01, 39, 40])
+    # flat over close probes (softmax on the authors' 20-key grid: 540, 543, 545, 546 at 540 to
+    # 600 keys) spans 1.11 x, under PLATEAU_SPAN: still rising, for all they show
+    grid = ((540, 1.0, 0), (560, 543.2 / 560, 0), (580, 545.2 / 580, 0), (600, 0.91, 0))
+    assert series(grid).outcome == "never_fails"
+    assert plateau([600, 900, 1200], [540, 543, 546])  # the same counts over a doubling
 
 
 def test_views_apart_carry_the_measured_flag_that_bears_on_them(tmp_path):

@@ -13,8 +13,9 @@ is located it asks for nothing. The views are the analysis':
   ``accuracy_threshold`` (the analysis' ``capacity.accuracy_failing``); same rule;
 - **keys retrieved**: K(n) = n x final eval accuracy (0 when diverged or missing), its value the
   largest K probed. Located once a probe above the largest K's n has a smaller K (the peak is
-  passed: "peaks"), or the top probe is ``max_keys`` ("never_peaks", bounded); until then it
-  asks for the next step above its top probe (step 1 below).
+  passed: "peaks"), once K is flat over the top probes while they answer keys wrong (the
+  analysis' ``capacity.plateau``: "plateau"), or the top probe is ``max_keys`` ("never_peaks",
+  bounded); until then it asks for the next step above its top probe (step 1 below).
 
 Each round is the union of every unlocated view's next probes; an n_keys already observed
 serves every view. The decision depends only on the set of observations, never on their order,
@@ -61,8 +62,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kernelzoo.analysis.capacity import (LOSS_FLOOR, VIEW_WORDS, VIEWS, accuracy_failing, candidate, failing,
-                       keys_retrieved)
+from kernelzoo.analysis.capacity import (LOSS_FLOOR, VIEW_WORDS, VIEWS, accuracy_failing, candidate,
+                                         failing, keys_retrieved, plateau)
 from kernelzoo.config import SearchConf
 
 
@@ -254,8 +255,9 @@ class Observation:
 @dataclass(frozen=True)
 class Peak:
     """The keys retrieved view located: the largest K, ``keys``, probed at ``at``; "peaks" when
-    a probe above it, ``passed_at`` (the lowest such), retrieved fewer; "never_peaks" when K is
-    largest at the top probe, ``bound`` = max_keys."""
+    a probe above it, ``passed_at`` (the lowest such), retrieved fewer; "plateau" when K is
+    largest at the top probe and flat over the top probes (``capacity.plateau``); "never_peaks"
+    when K is largest at the top probe, ``bound`` = max_keys."""
 
     outcome: str
     keys: float
@@ -312,8 +314,8 @@ def search_views(spec: Spec, observations: dict[int, Observation]) -> Views:
 
 
 def _peak(spec: Spec, observations: dict[int, Observation]) -> list[Probe] | Peak:
-    """The keys retrieved view: its Peak once passed (or bounded by max_keys), else the next
-    step above the top probe (``_up``)."""
+    """The keys retrieved view: its Peak once passed, flat (a plateau) or bounded by max_keys,
+    else the next step above the top probe (``_up``)."""
     hi = spec.max_keys
     clip = _clipper(spec)
     if not observations:
@@ -325,6 +327,8 @@ def _peak(spec: Spec, observations: dict[int, Observation]) -> list[Probe] | Pea
     passed = [n for n, k in zip(ns[i + 1:], ks[i + 1:]) if k < best]
     if passed:
         return Peak("peaks", keys=best, at=ns[i], passed_at=passed[0])
+    if plateau(ns, ks):
+        return Peak("plateau", keys=best, at=ns[i])
     if ns[-1] >= hi:
         return Peak("never_peaks", keys=best, at=ns[i], bound=ns[-1])
     return _up(spec, ns[-1], clip, observations,

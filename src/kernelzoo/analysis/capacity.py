@@ -39,7 +39,8 @@ POINTS = ("fails_at", "plateau")  # outcomes whose value is a point
 
 LOSS_FLOOR = 1e-12  # losses are floored here before their log is taken
 PLATEAU_PROBES = 3  # the last probes over which a keys-retrieved count that stays flat ...
-PLATEAU_FLAT = 0.05  # ... within this share of its largest is a plateau, not a lower bound
+PLATEAU_FLAT = 0.05  # ... within this share of its largest is a plateau, not a lower bound,
+PLATEAU_SPAN = 2.0  # ... where its flat stretch spans at least this factor in n_keys
 
 
 def failing(loss, diverged, threshold: float):
@@ -147,13 +148,18 @@ def keys_failure(n, accuracy, diverged) -> SeedResult:
 def plateau(n, k) -> bool:
     """Whether a keys-retrieved series (``keys_retrieved`` ``k`` at probes ``n``, sorted) ends on
     a plateau: each of its last PLATEAU_PROBES probes retrieves at least (1 - PLATEAU_FLAT) x its
-    largest count, and the top probe retrieves under (1 - PLATEAU_FLAT) x its n_keys (it answers
-    keys wrong: the count, not the probes, stopped rising)."""
+    largest count, the top probes that do (its flat stretch) span at least PLATEAU_SPAN x in
+    n_keys (close probes cannot tell flat from slowly rising), and the top probe retrieves under
+    (1 - PLATEAU_FLAT) x its n_keys (it answers keys wrong: the count, not the probes, stopped
+    rising)."""
     n, k = np.asarray(n, float), np.asarray(k, float)
     if len(k) < PLATEAU_PROBES:
         return False
-    flat = bool((k[-PLATEAU_PROBES:] >= (1 - PLATEAU_FLAT) * k.max()).all())
-    return flat and bool(k[-1] < (1 - PLATEAU_FLAT) * n[-1])
+    flat = k >= (1 - PLATEAU_FLAT) * k.max()
+    if not flat[-PLATEAU_PROBES:].all():
+        return False
+    start = 0 if flat.all() else len(k) - int(np.argmin(flat[::-1]))  # the stretch's first probe
+    return bool(n[-1] >= PLATEAU_SPAN * n[start]) and bool(k[-1] < (1 - PLATEAU_FLAT) * n[-1])
 
 
 def series_results(series: pd.DataFrame, threshold: float, accuracy_threshold: float,
