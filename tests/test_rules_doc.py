@@ -27,7 +27,7 @@ CONSTANTS = {
     "`STALL_MAX_DEAD`": stalls.STALL_MAX_DEAD,
     "`ACCURACY_TOLERANCE`": stalls.ACCURACY_TOLERANCE,
     "`GAP`": rankings.GAP,
-    "`DILUTED`": rankings.DILUTED,
+    "`LOSS_FIRST`": rankings.LOSS_FIRST,
     "`PARTIAL`": tiers.PARTIAL,
     "`COLLAPSE`": rankings.COLLAPSE,
     "`SIZE_SPREAD`": labels.SIZE_SPREAD,

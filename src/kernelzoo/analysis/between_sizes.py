@@ -14,7 +14,7 @@ import pandas as pd
 from scipy import stats
 
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
-from kernelzoo.analysis.rankings import GAP, HEADLINE, diluted, efficiency_cell, limits, ranks
+from kernelzoo.analysis.rankings import GAP, HEADLINE, efficiency_cell, limits, loss_first, ranks
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import natural_key
 
@@ -42,8 +42,8 @@ def _change(a, b) -> str | None:
 
 def _features(r) -> dict[str, str]:
     """What the store measured of capacity row ``r`` that can limit it: kind -> the words."""
-    found = limits(r) + ([f"diluted read-out (accuracy {r.observed_capacity_acc:.3g} against "
-                          f"loss {r.observed_capacity:.3g})"] if diluted(r) else [])
+    found = limits(r) + ([f"loss view first (accuracy {r.observed_capacity_acc:.3g} against "
+                          f"loss {r.observed_capacity:.3g})"] if loss_first(r) else [])
     return {words.split(" (")[0]: words for words in found}
 
 

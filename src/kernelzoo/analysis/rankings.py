@@ -20,7 +20,7 @@ from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import size_groups
 
 GAP = 2          # places a family's rank moves between sizes that count (between_sizes.py)
-DILUTED = 1.5    # the accuracy view's failure point over the loss view's that counts as diluted
+LOSS_FIRST = 1.5  # the accuracy view's failure point over the loss view's: the loss view fails first
 COLLAPSE = 0.2   # relative fall of the effective rank at n_keys = d_dot
 HEADLINE = "accuracy"  # the view whose order lists the rows of a size's tables (no headline)
 
@@ -46,12 +46,12 @@ def ranks(capacity: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def diluted(r):
-    """Whether capacity row ``r`` (or each row of a capacity table) has a diluted read-out: the
-    loss view fails (fails_at) and the accuracy view's failure point is above ``DILUTED`` x the
-    loss view's."""
+def loss_first(r):
+    """Whether capacity row ``r`` (or each row of a capacity table) fails the loss view first:
+    the loss view fails (fails_at) and the accuracy view's failure point is above
+    ``LOSS_FIRST`` x the loss view's."""
     return (r["outcome"] == "fails_at") & (r["observed_capacity_acc"]
-                                           > DILUTED * r["observed_capacity"])
+                                           > LOSS_FIRST * r["observed_capacity"])
 
 
 def limits(r) -> list[str]:

@@ -11,7 +11,7 @@ from kernelzoo.analysis import between_sizes
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import bound, cell, natural_key
-from kernelzoo.analysis.rankings import DILUTED, GAP, HEADLINE, diluted, sizes, view_rhos
+from kernelzoo.analysis.rankings import GAP, HEADLINE, LOSS_FIRST, loss_first, sizes, view_rhos
 from kernelzoo.analysis.tiers import Placed, tiers
 
 
@@ -30,15 +30,15 @@ def efficiency_section(capacity: pd.DataFrame) -> list[str]:
 
 def view_agreement(capacity: pd.DataFrame) -> list[str]:
     """Spearman's rho between each pair of views' efficiency orders (``view_rhos``), and the
-    configurations whose loss view fails well before their accuracy view (dilution: the loss
-    crosses tau while the keys are still answered right)."""
+    configurations whose loss view fails first (``loss_first``: the loss crosses tau while the
+    keys are still answered right)."""
     lines = [f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = {rho:.2f} over {n} "
              "configurations." for v, w, rho, n in view_rhos(capacity)]
-    found = capacity[diluted(capacity)]
+    found = capacity[loss_first(capacity)]
     if len(found):
-        lines.append("- Loss view failing before the accuracy view (the read-out is diluted: the "
-                     "loss crosses tau while the keys are still answered right; ratio "
-                     f"accuracy / loss above {DILUTED:g}): " + "; ".join(
+        lines.append("- Loss view failing first (the loss crosses tau while the keys are still "
+                     f"answered right: the accuracy view's failure point over the loss view's above "
+                     f"{LOSS_FIRST:g}): " + "; ".join(
                          f"{r.label} {cell(r.observed_capacity)} against "
                          f"{bound(r.observed_capacity_acc, r.outcome_acc)}"
                          for r in found.itertuples()) + ".")
