@@ -88,6 +88,23 @@ def test_a_pending_store_joins_whole_and_a_second_merge_adds_nothing(stores, tmp
     assert runs.groupby("feature_map").size().to_dict() == {"dpfp": 3, "elu": 6}
 
 
+def test_a_series_recorded_by_an_older_sweeper_is_continued_with_both_records_fields(stores):
+    """The reference recorded elu-1's probes without the accuracy view's fields; the pending
+    store recorded the same probes with them and one more: the same probes, so it continues."""
+    ref, pending = stores
+    newer = series([32, 64, 96])
+    for p in newer["probes"]:
+        p.update(accuracy_fails=p["fails"], keys_retrieved=float(min(p["n_keys"], 64)))
+    records(pending, {"elu-1": newer}, [])
+    older = json.loads((ref / "search.json").read_text())["series"]
+    assert [p["n_keys"] for p in older["elu-1"]["probes"]] == [32, 64]
+    assert "keys_retrieved" not in older["elu-1"]["probes"][0]
+    assert merge(pending, ref).series == 1
+    found = json.loads((ref / "search.json").read_text())["series"]["elu-1"]["probes"]
+    assert found == newer["probes"]
+    assert merge(pending, ref).series == 0
+
+
 @pytest.mark.parametrize("spoil, needle", [
     ("experiment", "two experiments"),
     ("run", "the two stores hold different results"),

@@ -72,9 +72,16 @@ def _same_run(ours: Path, theirs: Path) -> bool:
         return False
 
 
+def _probe(p: dict) -> tuple:
+    """What a probe is: its n_keys and its run. The rest is what a sweeper recorded of it, and an
+    older sweeper recorded less (no accuracy_fails, keys_retrieved)."""
+    return p.get("n_keys"), p.get("run_id")
+
+
 def _series(source: dict, target: dict) -> tuple[dict, int]:
     """The union of two search records' series; a series in both keeps the longer probe list
-    when the shorter begins it."""
+    when the shorter begins it (the same probes, ``_probe``), each common probe with the fields
+    of both records."""
     merged, changed = dict(target), 0
     for key, theirs in source.items():
         ours = target.get(key)
@@ -84,11 +91,12 @@ def _series(source: dict, target: dict) -> tuple[dict, int]:
             continue
         a, b = ours["probes"], theirs["probes"]
         shorter, longer = (a, b) if len(a) <= len(b) else (b, a)
-        if longer[:len(shorter)] != shorter:
+        if [_probe(p) for p in longer[:len(shorter)]] != [_probe(p) for p in shorter]:
             raise StoreError(f"search series {key}: the two stores probed it differently; "
                              "valid: stores whose common series share their first probes")
-        if longer is b:
-            merged[key], changed = theirs, changed + 1
+        probes = [{**old, **new} for old, new in zip(shorter, longer)] + longer[len(shorter):]
+        merged[key] = {**(theirs if longer is b else ours), "probes": probes}
+        changed += merged[key] != ours
     return merged, changed
 
 
