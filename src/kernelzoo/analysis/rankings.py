@@ -20,7 +20,7 @@ from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import size_groups
 
 GAP = 2          # places a family's rank moves between sizes that count (between_sizes.py)
-LOSS_FIRST = 1.5  # the accuracy view's failure point over the loss view's: the loss view fails first
+LOSS_FIRST = 1.5  # accuracy-view over loss-view failure point at which the loss view fails first
 COLLAPSE = 0.2   # relative fall of the effective rank at n_keys = d_dot
 HEADLINE = "accuracy"  # the view whose order lists the rows of a size's tables (no headline)
 

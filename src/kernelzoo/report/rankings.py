@@ -37,8 +37,8 @@ def view_agreement(capacity: pd.DataFrame) -> list[str]:
     found = capacity[loss_first(capacity)]
     if len(found):
         lines.append("- Loss view failing first (the loss crosses tau while the keys are still "
-                     f"answered right: the accuracy view's failure point over the loss view's above "
-                     f"{LOSS_FIRST:g}): " + "; ".join(
+                     "answered right: the accuracy view's failure point over the loss view's "
+                     f"above {LOSS_FIRST:g}): " + "; ".join(
                          f"{r.label} {cell(r.observed_capacity)} against "
                          f"{bound(r.observed_capacity_acc, r.outcome_acc)}"
                          for r in found.itertuples()) + ".")
