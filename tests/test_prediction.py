@@ -170,6 +170,14 @@ def test_bounds_are_left_out_and_counted_not_scored():
     assert (loss["configurations"] == 2).all() and (loss["bounds_left_out"] == 0).all()
 
 
+def test_a_keys_retrieved_plateau_is_a_point_fitted_and_scored():
+    table = stores()
+    plateau = table.assign(outcome_keys=np.where(table["label"] == "zoo136", "plateau",
+                                                 table["outcome_keys"]))
+    keys = prediction.held_out(plateau).set_index(["view", "predictor"]).loc["keys_retrieved"]
+    assert (keys["configurations"] == 2).all() and (keys["bounds_left_out"] == 0).all()
+
+
 def test_the_analysis_writes_the_columns_and_the_section_and_the_command_scores(tmp_path, capsys):
     results = tmp_path / "results"
     write_ranked_store(results / "r")

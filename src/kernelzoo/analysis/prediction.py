@@ -19,9 +19,10 @@ p)) over the fitted configurations, the one constant that minimises the score th
 the baseline: a predictor whose margin over d_dot is only a constant does not beat it.
 
 Score of a predictor in a view: mean |ln(observed / predicted)| over the configurations that
-fail at a point in that view (outcome fails_at) and have every predictor, the same set for all
-predictors; lower is better. A configuration whose value is a bound (never_fails,
-fails_everywhere) is censored, not a number: it is neither fitted nor scored, only counted.
+fail at a point in that view (fails_at, or a keys-retrieved plateau) and have every predictor,
+the same set for all predictors; lower is better. A configuration whose value is a bound
+(never_fails, fails_everywhere) is censored, not a number: it is neither fitted nor scored, only
+counted.
 - ``held_out``: the constants fitted on FIT (the zoo at d_dot 64 and dot_scaling), the scores
   on SCORE (the zoo at d_dot 128): another experiment and another size (a size: the d_dot
   levels ``labels.size_groups`` puts together, so the zoo's 64 holds the 65 and 66 of the maps
@@ -43,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, value_column
+from kernelzoo.analysis.capacity import BOUNDS, POINTS, SUFFIX, VIEW_WORDS, VIEWS, value_column
 from kernelzoo.analysis.labels import size_groups
 from kernelzoo.records.files import StoreError, read_text
 
@@ -61,7 +62,6 @@ EARLY_DIAGNOSTIC = ("probe_rank", "probe_effective_rank", "probe_x_untrained_ran
 BASES = (*BEFORE_TRAINING, *EARLY_DIAGNOSTIC)
 PREDICTORS = tuple(p for base in BASES for p in (base, f"c·{base}"))
 KINDS = {"before training": BEFORE_TRAINING, "early diagnostic": EARLY_DIAGNOSTIC}
-BOUNDS = ("never_fails", "fails_everywhere")
 FIT = {"zoo": 64, "dot_scaling": None}  # store -> size (None: every size)
 SCORE = {"zoo": 128}
 
@@ -106,10 +106,11 @@ def bases(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def eligible(capacity: pd.DataFrame, view: str) -> pd.Series:
-    """The rows a view fits and scores: fails_at in that view, every base predictor positive."""
+    """The rows a view fits and scores: a point in that view (``capacity.POINTS``), every base
+    predictor positive."""
     if capacity.empty or any(c not in capacity for c in COLUMNS):
         return pd.Series(False, index=capacity.index)
-    ok = capacity[f"outcome{SUFFIX[view]}"] == "fails_at"
+    ok = capacity[f"outcome{SUFFIX[view]}"].isin(POINTS)
     ok &= pd.to_numeric(capacity[value_column(view)], errors="coerce").astype(float) > 0
     values = bases(capacity)
     return ok & (np.isfinite(values) & (values > 0)).all(axis=1)
