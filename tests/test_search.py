@@ -237,7 +237,7 @@ def test_rank_bound_series_keys_retrieved_is_a_plateau_once_flat_over_a_doubling
     assert keys == Peak("plateau", keys=64.0, at=64)
     ns = [n for n, _ in probes]
     assert ns[:2] == [32, 64] and max(ns) < 256 and len(ns) == len(set(ns))
-    assert plateau(sorted(ns), [min(n, 64.0) for n in sorted(ns)])  # the analysis reads the same probes as a plateau
+    assert plateau(sorted(ns), [min(n, 64.0) for n in sorted(ns)])  # the analysis' reading too
     assert rounds <= 8 and len(ns) <= 10, probes
 
 

@@ -211,9 +211,9 @@ def censored_median(outcomes, values) -> tuple[float, float, float, float, str]:
     """(median, low, high, level, outcome) over seeds, each bound the interval it allows
     (``censored.median``): a point when the bounds lie beyond the middle seed (outcome: that of
     the seeds whose point is the median, else the seeds' most common point outcome), else the
-    bound it is: "never_fails" at its lowest value when its highest is open, "fails_everywhere" at its highest when its lowest is 0, and
-    where both ends are finite the kind of bound most of the bounded seeds are (ties: a lower
-    bound)."""
+    bound it is: "never_fails" at its lowest value when its highest is open, "fails_everywhere"
+    at its highest when its lowest is 0, and where both ends are finite the kind of bound most
+    of the bounded seeds are (ties: a lower bound)."""
     outcomes, values = list(outcomes), list(values)
     m = median(*seed_intervals(outcomes, values))
     if m.n == 0:

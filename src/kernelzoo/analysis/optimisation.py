@@ -265,8 +265,8 @@ def tables(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame,
 
 
 def counts(found: pd.DataFrame, view: str) -> tuple[dict[str, int], list[str]]:
-    """In ``view`` of ``table``'s rows: how many configurations reached each of VERDICTS, and the
-    labels of those that rise (beyond or within the margin)."""
+    """In ``view`` of ``found`` (a ``table``): how many configurations reached each of VERDICTS,
+    and the labels of those that rise (beyond or within the margin)."""
     mine = found[found["view"] == view]
     return ({v: int((mine["verdict"] == v).sum()) for v in VERDICTS},
             list(mine.loc[mine["verdict"].isin(RISES), "label"]))

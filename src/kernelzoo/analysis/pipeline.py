@@ -37,8 +37,8 @@ class Analysis:
     the stall checks' runs; seeds: ``capacity.seed_table``; capacity: one row per configuration
     (capacity.csv); long: one row per configuration and view with its flags
     (``capacity.by_view``, capacity_long.csv); checked: ``stalls.check_outcomes``; published:
-    the authors' points of the matching configurations; families: ``scaling.families``; moves: ``optimisation.tables``
-    (the paired test over common probes); effects: ``factorial.table``;
+    the authors' points of the matching configurations; families: ``scaling.families``; moves:
+    ``optimisation.tables`` (the paired test over common probes); effects: ``factorial.table``;
     curves: the eval curves of the runs around each failure point; history: sweep.json (None
     without one); stall_lines: one line per stalled run; holes: a grid's missing points (None
     for a search); missing, damaged, set_aside: what could not be read or was left out."""
