@@ -33,6 +33,7 @@ from pathlib import Path
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
                 if hasattr(signal, name))
 SWEEP_PID = "KERNELZOO_SWEEP_PID"  # the sweep's main process, in its workers' environment
+SWEEP_PLACE = "KERNELZOO_SWEEP_PLACE"  # where that pid means that process (``place``)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -67,9 +68,23 @@ def handled():
             signal.signal(s, h)
 
 
+def place() -> str:
+    """Where a pid names one process: this machine's boot (its boot id: another host, or this
+    one rebooted, has another) and this process's PID namespace (a container's, or a task's
+    under ``unshare -p``, has its own). "" where neither can be read."""
+    parts = []
+    with contextlib.suppress(OSError):
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    with contextlib.suppress(OSError):
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    return " ".join(parts)
+
+
 def mark_sweep() -> None:
-    """Name this process, in the environment its workers inherit, as their sweep."""
+    """Name this process, in the environment its workers inherit, as their sweep, with the
+    place where its pid names it (``place``)."""
     os.environ[SWEEP_PID] = str(os.getpid())
+    os.environ[SWEEP_PLACE] = place()
 
 
 def die_with_sweep() -> None:
@@ -78,9 +93,14 @@ def die_with_sweep() -> None:
     forever on its pipes. A worker the sweep started itself (loky's) asks the kernel for a
     SIGKILL when its parent dies (Linux prctl PR_SET_PDEATHSIG); any worker, however deep
     (submitit's tasks run under a controller process), also has a thread that watches the
-    sweep's process and SIGKILLs this one once it is gone. In the sweep's own process, nothing."""
+    sweep's process and SIGKILLs this one once it is gone. Only a worker in the sweep's place
+    (same boot, same PID namespace) can see the sweep's pid: a job on another node, or in a
+    PID namespace of its own, watches nothing and is stopped by the scheduler (scancel, the
+    requeue of a time limit). In the sweep's own process, nothing."""
     pid = os.environ.get(SWEEP_PID)
     if not (pid and pid.isdigit()) or int(pid) == os.getpid() or _WATCHED:
+        return
+    if not os.environ.get(SWEEP_PLACE) or os.environ[SWEEP_PLACE] != place():
         return
     pid = int(pid)
     if sys.platform.startswith("linux") and os.getppid() == pid:
