@@ -58,6 +58,9 @@ def base_env(tmp: Path) -> dict:
         "WANDB_DATA_DIR": str(wandb_dir / "data"),
         "WANDB_SILENT": "true",
         "OMP_NUM_THREADS": "1",
+        # pytest-xdist runs a test per core: a sweep in a test gets one worker, in its process
+        # (joblib's own limit; a test of the workers sets its own)
+        "LOKY_MAX_CPU_COUNT": "1",
         "MKL_NUM_THREADS": "1",
         "TQDM_DISABLE": "1",
     })
@@ -122,6 +125,18 @@ def slow_but(keep, values) -> list:
         fast = v in keep or args[0] in keep
         return pytest.param(*args, marks=() if fast else pytest.mark.slow)
     return [param(v) for v in values]
+
+
+def cgroup_tree(tmp: Path, lines: str, files: dict) -> tuple[Path, Path]:
+    """A fake /proc/self/cgroup (``lines``) and cgroup mount (``files``: path -> text) under
+    ``tmp``: the (proc, root) that the readers of cgroup limits take."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    proc = tmp / "cgroup"
+    proc.write_text(lines)
+    for name, value in files.items():
+        (tmp / "sys" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / "sys" / name).write_text(value)
+    return proc, tmp / "sys"
 
 
 def smoke_args(results: Path, *extra) -> list:

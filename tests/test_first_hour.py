@@ -22,8 +22,8 @@ def test_a_sweep_reports_progress_per_job_without_a_terminal(smoke_results):
     ETA, k counting every run of the job; one start line per job that trains, a pack's other
     run in its log."""
     out = smoke_results.result.stdout
-    lines = re.findall(r"^progress: (\d+)/(\d+) runs, elapsed [\d.]+ (?:s|min), ETA [\d.]+ "
-                       r"(?:s|min)$", out, re.M)
+    lines = re.findall(r"^progress: (\d+)/(\d+) runs(?: \([^)]*\))?, elapsed [\d.]+ (?:s|min), "
+                       r"ETA [\d.]+ (?:s|min)$", out, re.M)
     ks = [0] + [int(k) for k, _ in lines]
     assert sorted(b - a for a, b in zip(ks, ks[1:])) == [1, 1, 2, 2], lines
     assert {n for _, n in lines} == {"6"}

@@ -5,35 +5,24 @@ line before anything is allocated or trained."""
 from __future__ import annotations
 
 import resource
-from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import TINY, cgroup_tree
 
 from kernelzoo.config import UsageError
 from kernelzoo.training import devices
 
 
-def _cgroup(tmp_path: Path, lines: str, files: dict) -> tuple[Path, Path]:
-    tmp_path.mkdir()
-    proc = tmp_path / "cgroup"
-    proc.write_text(lines)
-    for name, value in files.items():
-        (tmp_path / "sys" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "sys" / name).write_text(value)
-    return proc, tmp_path / "sys"
-
-
 def test_the_memory_limit_of_a_cgroup_or_ulimit_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY,) * 2)
-    v2 = _cgroup(tmp_path / "v2", "0::/job_42/step_0\n", {
+    v2 = cgroup_tree(tmp_path / "v2", "0::/job_42/step_0\n", {
         "job_42/memory.max": f"{3 << 30}\n", "job_42/step_0/memory.max": "max\n"})
     assert devices.process_limit(*v2) == (3 << 30, "its cgroup's memory limit")
-    v1 = _cgroup(tmp_path / "v1", "4:memory:/slurm/uid_1/job_7\n2:cpu:/\n", {
+    v1 = cgroup_tree(tmp_path / "v1", "4:memory:/slurm/uid_1/job_7\n2:cpu:/\n", {
         "memory/slurm/uid_1/job_7/memory.limit_in_bytes": f"{2 << 30}\n",
         "memory/memory.limit_in_bytes": "9223372036854771712\n"})
     assert devices.process_limit(*v1) == (2 << 30, "its cgroup's memory limit")
-    none = _cgroup(tmp_path / "none", "0::/\n", {"memory.max": "max\n"})
+    none = cgroup_tree(tmp_path / "none", "0::/\n", {"memory.max": "max\n"})
     assert devices.process_limit(*none) is None
     monkeypatch.setattr(resource, "getrlimit", lambda which: (1 << 30, resource.RLIM_INFINITY))
     assert devices.process_limit(*v1) == (1 << 30, "its ulimit -v")

@@ -88,7 +88,7 @@ def test_smoke_sweep_end_to_end(smoke_results):
     history = json_file(smoke_results.results / "smoke" / "sweep.json")
     inv = history["invocations"][0]
     assert inv["points"] == SMOKE_POINTS and nonzero(inv["outcomes"]) == totals
-    assert inv["launcher"] == "BasicLauncher"
+    assert inv["launcher"] == "JoblibLauncher"  # the default: one worker per usable core
     assert history["wall_seconds"] >= inv["wall_seconds"] >= 0
 
 

@@ -78,11 +78,17 @@ def launcher_words(cfg) -> str:
     """How the jobs run, for the sweep's log line: the launcher and its parallelism."""
     launcher = cfg.hydra.launcher
     name = launcher._target_.rsplit(".", 1)[-1]
+    threads = plural(cfg.trainer.threads, "thread")
+    if name == "JoblibLauncher" and launcher.n_jobs == -1:
+        from kernelzoo.training.workers import usable_cores
+
+        return (f"{name}, one worker per usable core: up to {usable_cores()} of "
+                f"{plural(os.cpu_count() or 1, 'core')}, {threads} each")
     if name == "JoblibLauncher":
         from joblib import effective_n_jobs
 
         return f"{name}, {plural(effective_n_jobs(launcher.n_jobs), 'worker')} " \
-               f"(n_jobs={launcher.n_jobs})"
+               f"(n_jobs={launcher.n_jobs}), {threads} each"
     return name
 
 
@@ -211,7 +217,8 @@ class GridSweeper(sweeper_base()):
                         f"{plural(grid_points, 'point')}" if self.config.grids is not None
                         else f": {plural(len(points), 'point')}")
                 print(f"sweep {self.config.experiment}{part}, " +
-                      ("a dry run: each is named below, done or to train" if self.config.dry_run
+                      (f"a dry run: each is named below, done or to train (launcher: "
+                       f"{launcher_words(self.config)})" if self.config.dry_run
                        else f"{len(points) - len(todo)} already done"))
                 returns = self.launch(self.checked(todo))
             if self.config.stall_check:
@@ -268,13 +275,13 @@ class GridSweeper(sweeper_base()):
         before it, as the store's index has them: a pack still in flight counts none of its runs,
         not even those that had left it). Each run prints a progress line (k/N, elapsed, ETA)
         when its job ends (``progress.py``)."""
+        returns, self.batch_index = [], 0
+        packed = jobs(points)
         if points and not self.config.dry_run:
             from kernelzoo.training.packing import step_cost
 
             progress.start(self.config.hydra.sweep.dir, len(points), label,
-                           sum(step_cost(p.n_keys) for p in points))
-        returns, self.batch_index = [], 0
-        packed = jobs(points)
+                           sum(step_cost(p.n_keys) for p in points), self.fill(packed))
         self.jobs = {tuple(j.overrides()): j for j in packed}  # a job's overrides: the job
         overrides = [j.overrides() for j in packed]
         batch = batch_size(self.max_batch_size, self.config.hydra.launcher)
@@ -300,6 +307,28 @@ class GridSweeper(sweeper_base()):
             self.first_job += len(batch)
             returns.append(results)
         return returns
+
+    def fill(self, packed: list) -> str:
+        """Under joblib with n_jobs=-1, set the workers of this launch to
+        ``workers.workers`` of its jobs (one per usable core, at most one per job, as many as
+        memory holds at the largest job's estimate; one on a GPU); the words for the progress
+        line: "2 workers x 1 thread" ("" for other launchers, whose parallelism is their own)."""
+        launcher = self.config.hydra.launcher
+        threads = plural(self.config.trainer.threads, "thread")
+        if not launcher._target_.endswith(".JoblibLauncher"):
+            return ""
+        if launcher.n_jobs != -1:
+            from joblib import effective_n_jobs
+
+            return f"{plural(effective_n_jobs(launcher.n_jobs), 'worker')} x {threads}"
+        import torch
+        from kernelzoo.training import devices, workers
+
+        n = workers.workers(len(packed), workers.usable_cores(), max(j.memory for j in packed),
+                            devices.device_memory(torch.device("cpu")),
+                            any(p.gpu for j in packed for p in j.points))
+        self.launcher.joblib["n_jobs"] = n
+        return f"{plural(n, 'worker')} x {threads}"
 
     def checked(self, points: list[list[str]]) -> list[Point]:
         """``points`` as the launcher's records, each from its check (``self.plans``)."""

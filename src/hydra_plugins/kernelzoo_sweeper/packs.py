@@ -27,13 +27,16 @@ VARY = ("n_keys", "seed")  # the only values in which a pack's points differ
 @dataclass(frozen=True)
 class Point:
     """A point to launch: its ``overrides`` and, from its checked ``config``, its n_keys and
-    seed. A failure-point probe carries the config of its series' checked point, which is the
-    probe's in everything but n_keys."""
+    seed; from its plan, its estimated peak ``memory`` in bytes (0 where infeasible) and whether
+    it trains on a ``gpu``. A failure-point probe carries the config and plan of its series'
+    checked point, which is the probe's in everything but n_keys."""
 
     overrides: tuple[str, ...]
     n_keys: int
     seed: int
     config: Config
+    memory: int = 0
+    gpu: bool = False
 
     @classmethod
     def of(cls, overrides: list[str], resolved: Plan | Infeasible,
@@ -41,7 +44,10 @@ class Point:
         """The point ``overrides`` that ``resolved`` (its check's Plan or Infeasible record)
         was made from; ``n_keys``: a probe's, where ``resolved`` is its series'."""
         c = resolved.config
-        return cls(tuple(overrides), c.n_keys if n_keys is None else n_keys, c.seed, c)
+        estimate = getattr(resolved, "memory_estimate", None) or {0: 0}
+        device = getattr(resolved, "device", None)
+        return cls(tuple(overrides), c.n_keys if n_keys is None else n_keys, c.seed, c,
+                   max(estimate.values()), device is not None and device.type != "cpu")
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,11 @@ class Job:
     @property
     def runs(self) -> int:
         return len(self.points)
+
+    @property
+    def memory(self) -> int:
+        """The job's estimated peak bytes: its runs' estimates summed (a pack holds each)."""
+        return sum(p.memory for p in self.points)
 
     def overrides(self) -> list[str]:
         """The job's overrides, as Hydra's launcher takes them: the leader's, then

@@ -21,16 +21,19 @@ from kernelzoo.records.loaders import load_json
 FILE = "progress.json"
 
 
-def start(sweep_dir: str | Path, total: int, label: str = "", work: float | None = None) -> None:
+def start(sweep_dir: str | Path, total: int, label: str = "", work: float | None = None,
+          workers: str = "") -> None:
     """Open a batch of ``total`` runs in ``sweep_dir`` (each launch of a sweep or a round),
-    ``work`` their summed cost (default: one per run). Progress is a convenience: if the file
-    cannot be written (a full disk), jobs print none."""
+    ``work`` their summed cost (default: one per run), ``workers`` how they run ("2 workers x
+    1 thread"). Progress is a convenience: if the file cannot be written (a full disk), jobs
+    print none."""
     path = Path(sweep_dir) / FILE
     try:
         with lock(str(path) + ".lock"):
             atomic_write_text(path, json.dumps({
                 "total": total, "done": 0, "work": total if work is None else work,
-                "work_done": 0.0, "label": label, "started": time.time()}) + "\n")
+                "work_done": 0.0, "label": label, "workers": workers,
+                "started": time.time()}) + "\n")
     except OSError:
         path.unlink(missing_ok=True)
 
@@ -53,7 +56,9 @@ def finished(sweep_dir: str | Path, work: float = 1.0) -> str | None:
         return None
     eta = elapsed / done * left if done > 0 else 0.0
     where = f" of {state['label']}" if state.get("label") else ""
-    return f"progress: {k}/{n} runs{where}, elapsed {_minutes(elapsed)}, ETA {_minutes(eta)}"
+    how = f" ({state['workers']})" if state.get("workers") else ""
+    return (f"progress: {k}/{n} runs{where}{how}, elapsed {_minutes(elapsed)}, "
+            f"ETA {_minutes(eta)}")
 
 
 def _minutes(seconds: float) -> str:

@@ -10,12 +10,9 @@ and ``make bench`` alike).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
-import resource
-from pathlib import Path
 
 import torch
 
@@ -23,6 +20,7 @@ from kernelzoo import config
 from kernelzoo.config import UsageError
 from kernelzoo.core.memory import divides_by_feature_sum
 from kernelzoo.training.footprint import footprint
+from kernelzoo.training.workers import process_limit
 from kernelzoo.config.words import plural
 
 GIB = 2**30
@@ -73,38 +71,6 @@ def memory_words(device: torch.device) -> str:
     limit = process_limit() if device.type == "cpu" else None
     physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return f"{device} under {limit[1]}" if limit and limit[0] < physical else str(device)
-
-
-def process_limit(proc: Path = Path("/proc/self/cgroup"),
-                  root: Path = Path("/sys/fs/cgroup")) -> tuple[int, str] | None:
-    """The smallest memory limit this process runs under, in bytes, and its name: its memory
-    cgroup's (v2 ``memory.max``, v1 ``memory.limit_in_bytes``, here or in a parent group: a
-    SLURM job's ``--mem``, a container's) and ``ulimit -v`` (RLIMIT_AS); None without one. A
-    run above it would be killed by the kernel, unannounced."""
-    found = []
-    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if soft != resource.RLIM_INFINITY:
-        found.append((soft, "its ulimit -v"))
-    try:
-        lines = proc.read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        _, controllers, group = line.split(":", 2)
-        if controllers == "":  # v2: one hierarchy
-            base, name = root, "memory.max"
-        elif "memory" in controllers.split(","):
-            base, name = root / "memory", "memory.limit_in_bytes"
-        else:
-            continue
-        here = base / group.lstrip("/")
-        for folder in [here, *here.parents]:
-            if folder.is_relative_to(base):
-                with contextlib.suppress(OSError, ValueError):
-                    value = int((folder / name).read_text().strip())
-                    if value < 2 ** 62:  # "max", or v1's page-rounded 2^63: no limit
-                        found.append((value, "its cgroup's memory limit"))
-    return min(found) if found else None
 
 
 def check_memory(phi, mem, tr, task, device: torch.device,

@@ -85,7 +85,8 @@ def _claim(cfg: DictConfig, claims: contextlib.ExitStack, echo):
     inside(cfg, run.home)
     if cfg.dry_run:
         saved = None if run.is_done() or not cfg.resume else read_checkpoint(run, p)[0]
-        echo(f"plan {rid}: d_dot {p.identity.d_dot}, " + (
+        d_dot = p.identity.d_dot if p.identity.d_dot is not None else "unbounded"
+        echo(f"plan {rid}: d_dot {d_dot}, " + (
             "done" if run.is_done() else
             f"to train from its checkpoint at step {saved['step']}" if saved else "to train"))
         return rid, None
