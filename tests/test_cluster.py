@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import PYTHON, TINY, run_cmd
@@ -64,3 +66,47 @@ def test_six_jobs_on_emulated_compute_nodes_all_train(tmp_path, cli_env):
             trained += 1
     runs = list((tmp_path / "node" / "runs").glob("*/summary.json"))
     assert trained == len(runs) == 6
+
+
+def replace_as_another_user(path, uid: int = 65534) -> str:
+    """As another user of ``path``'s group (root switches to ``uid`` with that gid), replace
+    ``path``: "replaced", or "refused" where the system says no."""
+    code = ("import os, sys; p = sys.argv[1]; g = os.stat(p).st_gid if os.access(p, os.F_OK) "
+            "else os.stat(os.path.dirname(os.path.dirname(p))).st_gid; os.setgroups([g]); "
+            f"os.setgid(g); os.setuid({uid})\n"
+            "try:\n    t = p + '.evil'; open(t, 'wb').write(b'x'); os.replace(t, p)\n"
+            "    print('replaced')\nexcept PermissionError:\n    print('refused')")
+    return subprocess.run([PYTHON, "-c", code, str(path)], capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_another_user_cannot_replace_a_queued_job_pickle():
+    """A group-shared store (umask 002, in a folder others may enter: pytest's own is owner-only):
+    submitit writes a queued job's pickle group-writable, and a group member who replaced it ran
+    code as the sweep's owner (shown on a folder made as before). The sweep's job folder is its
+    own and owner-only (``private_job_folder``): the replacement is refused."""
+    from hydra_plugins.kernelzoo_sweeper.grid_sweeper import private_job_folder
+
+    shared = Path(tempfile.mkdtemp(prefix="kernelzoo-shared-"))
+    umask = os.umask(0o002)
+    try:
+        shared.chmod(0o775)
+        sweep_dir = shared / "store" / "exp" / "hydra" / "2026-12-07_12-00-00-1"
+        sweep_dir.mkdir(parents=True)
+        pickles = {}
+        for name, private in (("before", False), ("slurm", True)):
+            if private:
+                private_job_folder({"submitit_folder": f"{sweep_dir}/{name}/%j"})
+            job = sweep_dir / name / "4211_0"
+            job.mkdir(parents=True)  # as submitit does, under the sweep's umask
+            pickles[name] = job / "4211_0_submitted.pkl"
+            pickles[name].write_bytes(b"the job")
+            assert pickles[name].stat().st_mode & 0o020  # group-writable, as submitit leaves it
+        assert (sweep_dir / "slurm").stat().st_mode & 0o777 == 0o700
+        assert replace_as_another_user(pickles["before"]) == "replaced"
+        assert replace_as_another_user(pickles["slurm"]) == "refused"
+        assert pickles["slurm"].read_bytes() == b"the job"
+    finally:
+        os.umask(umask)
+        shutil.rmtree(shared, ignore_errors=True)

@@ -220,28 +220,28 @@ def test_sigterm_during_the_analysis_leaves_no_part_of_a_file(tmp_path, cli_env)
 
 
 def test_an_interrupted_slurm_sweep_cancels_the_jobs_it_submitted(tmp_path, monkeypatch):
-    """The folders submitit made for this sweep's array tasks (``<array id>_<task>``) name the
-    arrays to scancel; an older sweep's folder and other files are left alone."""
+    """Each sweep's job folders lie in its own sweep directory: the folders submitit made for
+    its array tasks (``<array id>_<task>``) name the arrays to scancel; another sweep's jobs in
+    the same store, even those submitted after this one started, and other files are left
+    alone (they were cancelled when newer than this sweep's start)."""
     import os
-    import time
 
     from kernelzoo.training import interrupt
 
-    folder = tmp_path / "slurm"
-    for name in ("4211_0", "4211_1", "4212_0", "977_3"):
-        (folder / name).mkdir(parents=True)
-    (folder / "notes.txt").write_text("not a job\n")
-    old = time.time() - 3600
-    os.utime(folder / "977_3", (old, old))  # submitted by an earlier sweep
+    mine, other = tmp_path / "hydra" / "a" / "slurm", tmp_path / "hydra" / "b" / "slurm"
+    for folder, names in ((mine, ("4211_0", "4211_1", "4212_0")), (other, ("977_3", "4300_0"))):
+        for name in names:
+            (folder / name).mkdir(parents=True)
+    (mine / "notes.txt").write_text("not a job\n")
     bin_dir, called = tmp_path / "bin", tmp_path / "scancel.args"
     bin_dir.mkdir()
     (bin_dir / "scancel").write_text(f"#!/bin/sh\necho \"$@\" > {called}\n")
     (bin_dir / "scancel").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    assert interrupt.cancel_slurm_jobs(f"{folder}/%j", time.time() - 60) == ["4211", "4212"]
+    assert interrupt.cancel_slurm_jobs(f"{mine}/%j") == ["4211", "4212"]
     assert called.read_text().split() == ["4211", "4212"]
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
-    assert interrupt.cancel_slurm_jobs(f"{folder}/%j", time.time() - 60) == []
+    assert interrupt.cancel_slurm_jobs(f"{mine}/%j") == []
 
 
 def _submitit_tasks() -> list[int]:

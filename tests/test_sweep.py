@@ -7,6 +7,8 @@ once per session (``smoke_results``); tests that change a store work on a copy.
 
 from __future__ import annotations
 
+import os
+
 import csv
 import re
 import shutil
@@ -192,13 +194,22 @@ def test_local_launcher_two_workers(smoke_results, tmp_path, cli_env):
 
 @pytest.mark.slow
 def test_submitit_local_launcher(smoke_results, tmp_path, cli_env):
-    """The SLURM code path (hydra-submitit-launcher) with its local executor (~60 s on 2 cores)."""
+    """The SLURM code path (hydra-submitit-launcher) with its local executor (~60 s on 2 cores),
+    in a group-shared store (umask 002): the job folders are the sweep's own, in its sweep
+    directory, and owner-only, so nobody else can replace the pickles its jobs run
+    (``test_cluster.py``: another user's replacement refused)."""
     results = tmp_path / "results"
-    res = sweep("smoke", smoke_args(results, "launcher=submitit_local"), cli_env, timeout=500)
+    umask = os.umask(0o002)
+    try:
+        res = sweep("smoke", smoke_args(results, "launcher=submitit_local"), cli_env, timeout=500)
+    finally:
+        os.umask(umask)
     assert res.returncode == 0, res.explain()
     assert outcomes(res.stdout).get("infeasible") == SMOKE_INFEASIBLE, res.explain()
     _check_same_runs_as_basic(results, smoke_results)
-    assert list((results / "smoke" / "submitit").iterdir()), "no submitit job folders"
+    [folder] = (results / "smoke" / "hydra").glob("*/submitit")
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert sorted(folder.glob("*/*.pkl")), "no submitit job folders"
 
 
 def test_a_dry_run_lists_a_slurm_array_without_slurm(tmp_path, cli_env):

@@ -74,6 +74,18 @@ def batch_size(max_batch_size: int | None, launcher) -> int | None:
     return max(1, (cores or 1) // max(1, launcher.get("cpus_per_task") or 1))
 
 
+def private_job_folder(launcher) -> None:
+    """A submitit launcher's job folder (``submitit_folder`` up to its ``%j``: this sweep's
+    own, under its sweep directory), made owner-only before anything is submitted: the pickles
+    in it are what a job runs, as the sweep's owner, so nobody else may write, rename or read
+    there whatever the umask (a group-shared store's 002)."""
+    folder = launcher.get("submitit_folder")
+    if folder:
+        path = Path(str(folder).split("%j")[0])
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)
+
+
 def launcher_words(cfg) -> str:
     """How the jobs run, for the sweep's log line: the launcher and its parallelism."""
     launcher = cfg.hydra.launcher
@@ -205,6 +217,7 @@ class GridSweeper(sweeper_base()):
             except store.StoreError as err:
                 fail(str(err))
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            private_job_folder(self.config.hydra.launcher)
             if not self.config.dry_run:
                 print(f"logs: {sweep_dir}/<job>/train.log ({launcher_words(self.config)})")
             if search:
@@ -231,8 +244,7 @@ class GridSweeper(sweeper_base()):
         except interrupt.Interrupted as stop:
             interrupt.stop_workers()
             if self.config.hydra.launcher._target_.endswith(".SlurmLauncher"):
-                cancelled = interrupt.cancel_slurm_jobs(self.config.hydra.launcher.submitit_folder,
-                                                        start)
+                cancelled = interrupt.cancel_slurm_jobs(self.config.hydra.launcher.submitit_folder)
                 if cancelled:
                     print(f"cancelled SLURM {plural(len(cancelled), 'job')} (scancel "
                           f"{' '.join(cancelled)})", file=sys.stderr)

@@ -241,14 +241,14 @@ def requeue() -> None:
     _WARNED[0]()
 
 
-def cancel_slurm_jobs(folder: str | Path, since: float) -> list[str]:
+def cancel_slurm_jobs(folder: str | Path) -> list[str]:
     """``scancel`` the SLURM jobs a sweep submitted: the job ids that name the folders submitit
-    made under ``folder`` (``submitit_folder`` up to its ``%j``) since ``since`` (an array task's
-    folder, ``<array id>_<task>``, names its array). The ids cancelled; none without scancel."""
+    made under ``folder`` (``submitit_folder`` up to its ``%j``: the sweep's own, in its sweep
+    directory, so no other sweep's job is there; an array task's folder, ``<array id>_<task>``,
+    names its array). The ids cancelled; none without scancel."""
     root = Path(str(folder).split("%j")[0])
     ids = sorted({d.name.split("_")[0] for d in (root.iterdir() if root.is_dir() else [])
-                  if d.is_dir() and d.name.split("_")[0].isdigit()
-                  and d.stat().st_mtime >= since - 1})
+                  if d.is_dir() and d.name.split("_")[0].isdigit()})
     if ids and shutil.which("scancel"):
         subprocess.run(["scancel", *ids], check=False, timeout=60)
         return ids
