@@ -158,3 +158,87 @@ def test_a_runs_configuration_key_groups_its_seeds_and_sizes_of_memory():
     assert tracking.configuration_key({**summary, "feature_map_params": {"nu": 2}}, 0.001) != key
     assert tracking.configuration_key({**summary, "feature_map_params": {}}) == \
         "dpfp d_key=16 d_dot=32 sum"
+
+
+# ------------------------------------------------------------------ wandb cannot cost a run
+
+class _Broken:
+    """A wandb run whose service is gone: every call raises, as after wandb-core dies."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def log(self, *args, **kwargs):
+        self.calls += 1
+        raise ConnectionResetError("Connection lost")
+
+    finish = log
+
+
+def test_a_failing_wandb_call_costs_one_warning_and_turns_tracking_off(monkeypatch, capsys):
+    """Each call into wandb is contained: the first failure warns once (for the whole process,
+    however many runs its pack holds) and that tracker calls wandb no more."""
+    monkeypatch.setattr(tracking, "_WARNED", [])
+    runs = [_Broken(), _Broken()]
+    trackers = [tracking.Tracker(r) for r in runs]
+    for t in trackers:
+        t.log({"loss": 1.0}, step=1)
+        t.log({"loss": 0.5}, step=2)
+        t.summary({"status": "converged"})
+        t.finish(0)
+    assert [r.calls for r in runs] == [1, 1]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["warning: wandb failed to log (ConnectionResetError: Connection lost); the "
+                   "run goes on untracked, results are in the local store"]
+
+
+def test_a_link_planted_at_the_wandb_folder_is_not_followed(tmp_path, cli_env):
+    """``<results_dir>/wandb`` a link out of the store: offline runs (each run's resolved config)
+    and debug logs were written where it pointed. A sweep that logs to wandb refuses it in one
+    line before anything is written; outside, nothing is written."""
+    results, outside = tmp_path / "results", tmp_path / "elsewhere"
+    results.mkdir()
+    outside.mkdir()
+    (results / "wandb").symlink_to(outside)
+    res = sweep("smoke", smoke_args(results, "logger=wandb", "grids=[2]"), cli_env)
+    assert res.returncode != 0, res.explain()
+    assert "Traceback" not in res.output
+    [line] = [x for x in res.stderr.splitlines() if x.strip()]
+    assert line.endswith(f"{results / 'wandb'}: a symbolic link in the store; kernelzoo follows "
+                         f"no link out of {results}: replace it with a directory or use another "
+                         "results_dir"), line
+    assert list(outside.iterdir()) == []
+    # a run outside a sweep: one warning, the run trains untracked, still nothing outside
+    tracker = tracking.start(True, results, group="g", name="n", config={}, echo=print)
+    assert tracker.run is None and list(outside.iterdir()) == []
+
+
+@pytest.mark.slow  # two runs of ~25 s, wandb's service killed after their first evaluations
+def test_a_sweep_whose_wandb_service_is_killed_finishes_every_run(tmp_path, cli_env, background):
+    """Killing ``wandb-core`` mid-training failed both runs of the pack ("Connection lost", no
+    summary). Now the sweep finishes every run with its summary, and one warning says why the
+    rest is untracked."""
+    import signal
+
+    results = tmp_path / "results"
+    long = ["trainer.max_steps=20000", "trainer.patience=1000", "trainer.stop_loss=1e-30"]
+    job = background([PYTHON, "-m", "kernelzoo.sweep", "smoke",
+                      *smoke_args(results, "logger=wandb", "launcher=basic", *long,
+                                  "hydra.sweeper.grids=[{feature_map: elu, n_keys: '6,5'}]"),
+                      "--no-analysis"], cli_env)
+
+    def service() -> list[int]:
+        from kernelzoo.training import interrupt
+
+        return [p for p in interrupt.descendants(job.proc.pid)
+                if b"wandb-core" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+    assert job.wait_for(lambda _: service() and list(results.glob("smoke/runs/*/curve.csv")),
+                        timeout=60), job.stdout
+    for pid in service():
+        os.kill(pid, signal.SIGKILL)
+    assert job.wait(timeout=200) == 0, job.stdout + job.stderr
+    summaries = read_all(results, "smoke")
+    assert len(summaries) == 2 and all(s["steps"] == 20000 for s in summaries.values())
+    assert job.stderr.count("warning: wandb failed to") == 1, job.stderr
+    assert "Traceback" not in job.stdout + job.stderr, job.stderr

@@ -184,6 +184,8 @@ class GridSweeper(sweeper_base()):
             fail(config.describe(err, arguments))
         try:  # nothing is read or written through a link out of the store
             store.guard_experiment(self.config.results_dir, self.config.experiment)
+            if self.config.logger.name == "wandb":
+                tracking.guard_wandb(self.config.results_dir)
         except store.StoreError as err:
             fail(str(err))
         search = self.config.search.name == "bisect"

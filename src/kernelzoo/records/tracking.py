@@ -11,11 +11,16 @@ seconds; the first failure warns once and leaves a marker, ``<results_dir>/wandb
 that sends every later run of the sweep (other workers included) and the analysis offline for
 ``OFFLINE_FOR`` seconds. A sweep checks afresh when it starts (``check_server``). A run that
 still cannot start wandb warns and goes on untracked: the local results store is the source of
-truth, wandb only a view of it. An analysis' dashboard is ``kernelzoo.report.dashboard``.
+truth, wandb only a view of it. So does a run whose wandb fails later (its service killed, its
+directory full): every call into wandb is contained (``Tracker``), one warning per process.
+``<results_dir>/wandb`` is guarded like the store's runs/ (``guard_wandb``). An analysis'
+dashboard is ``kernelzoo.report.dashboard``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import netrc
 import os
 import socket
@@ -28,6 +33,8 @@ from urllib.parse import urlparse
 
 from kernelzoo.config import CONF
 from kernelzoo.records import files
+from kernelzoo.records.files import StoreError
+from kernelzoo.records.store import guard
 
 # how offline runs are uploaded, as this installation can: make in a checkout, else wandb's own
 SYNC = "`make sync`" if (CONF.parent / "Makefile").is_file() else \
@@ -52,6 +59,13 @@ def logged_in() -> bool:
         return netrc.netrc(path).authenticators(host) is not None
     except (OSError, netrc.NetrcParseError):
         return False
+
+
+def guard_wandb(results_dir: str | Path) -> Path:
+    """``<results_dir>/wandb``, where wandb writes its offline runs and debug logs, guarded like
+    the store's runs/ (``store.guard``): StoreError where it, or anything on the way, is a link
+    or not a directory."""
+    return guard(results_dir, Path(results_dir) / "wandb")
 
 
 def marker(results_dir: str | Path) -> Path:
@@ -113,7 +127,9 @@ def unreachable(url: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
 
 def _go_offline(results_dir: str | Path, problem: str) -> None:
     """Record the failure for the rest of the sweep, with the one warning it costs."""
-    files.atomic_write_text(marker(results_dir), f"{server_url()}: {problem}\n")
+    with contextlib.suppress(OSError, StoreError):  # no record: each run checks for itself
+        guard_wandb(results_dir).mkdir(parents=True, exist_ok=True)
+        files.atomic_write_text(marker(results_dir), f"{server_url()}: {problem}\n")
     print(f"warning: wandb server {server_url()} unreachable ({problem}); this run and the "
           f"rest of the sweep log offline to {Path(results_dir) / 'wandb'} for "
           f"{OFFLINE_FOR // 60} min ({SYNC} uploads them)", file=sys.stderr)
@@ -124,6 +140,7 @@ def check_server(results_dir: str | Path) -> None:
     warn once and send the sweep's runs offline, on success clear an old failure."""
     if _chosen_mode()[0] != "online":
         return
+    guard_wandb(results_dir)
     problem = unreachable(server_url())
     if problem:
         _go_offline(results_dir, problem)
@@ -150,24 +167,48 @@ def configuration_key(summary: dict, lr=None) -> str:
     return " ".join(str(p) for p in parts if p)
 
 
+_WARNED: list[str] = []  # a process warns of wandb's failure once, however many runs it holds
+
+
+def _warn(what: str, err: BaseException) -> None:
+    if _WARNED:
+        return
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    _WARNED.append(what)
+    print(f"warning: wandb {what} ({type(err).__name__}: {first}); the run goes on untracked, "
+          "results are in the local store", file=sys.stderr)
+
+
 class Tracker:
-    """One wandb run; every method is a no-op when tracking is off or wandb failed to start."""
+    """One wandb run; every method is a no-op when tracking is off or wandb failed to start.
+    A call into wandb that fails (its service killed, its directory full) costs one warning
+    line and turns the tracker off: the run trains on and writes its summary."""
 
     def __init__(self, run=None):
         self.run = run
 
+    def _call(self, what: str, call) -> None:
+        if self.run is None:
+            return
+        try:
+            call(self.run)
+        except Exception as err:  # wandb must never cost a run
+            self.run = None
+            _warn(f"failed to {what}", err)
+            with contextlib.suppress(Exception):  # its service is gone or broken: let it go,
+                import wandb  # and its exit hook with it (a traceback at exit otherwise)
+
+                wandb.teardown(exit_code=1)
+
     def log(self, metrics: dict, step: int | None = None) -> None:
-        if self.run is not None:
-            self.run.log(metrics, step=step)
+        self._call("log", lambda run: run.log(metrics, step=step))
 
     def summary(self, values: dict) -> None:
-        if self.run is not None:
-            self.run.summary.update(values)
+        self._call("write the summary", lambda run: run.summary.update(values))
 
     def finish(self, exit_code: int = 0) -> None:
-        if self.run is not None:
-            self.run.finish(exit_code=exit_code)
-            self.run = None
+        self._call("finish", lambda run: run.finish(exit_code=exit_code))
+        self.run = None
 
 
 def start(
@@ -186,6 +227,11 @@ def start(
     """Start a wandb run (or a disabled tracker) and say in one line where it goes."""
     if not enabled:
         return Tracker()
+    try:  # wandb writes under <results_dir>/wandb: never through a link planted there
+        files_dir = guard_wandb(results_dir)
+    except StoreError as err:
+        _warn("could not start", err)
+        return Tracker()
     mode, why = resolve_mode(results_dir)
     if mode == "disabled":
         echo(f"wandb: disabled ({why})")
@@ -196,8 +242,10 @@ def start(
             _go_offline(results_dir, problem)
             mode, why = resolve_mode(results_dir)
     wandb_dir = Path(results_dir).resolve()
-    wandb_dir.mkdir(parents=True, exist_ok=True)
     try:
+        files_dir.mkdir(parents=True, exist_ok=True)
+        guard_wandb(results_dir)  # made just now: still no link
+        logging.raiseExceptions = False  # wandb's log handlers on a full disk: no tracebacks
         import wandb
 
         run = wandb.init(
@@ -216,9 +264,7 @@ def start(
                                     init_timeout=float(os.environ.get("WANDB_INIT_TIMEOUT", 30))),
         )
     except Exception as err:  # wandb must never cost a run: the local store is complete anyway
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        print(f"warning: wandb could not start ({type(err).__name__}: {first}); "
-              "the run goes on, results are in the local store", file=sys.stderr)
+        _warn("could not start", err)
         return Tracker()
     where = run.dir if mode == "offline" else getattr(run, "url", None) or run.dir
     echo(f"wandb: {mode} ({why}) -> {where}")
