@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
 
 from kernelzoo import config
 from kernelzoo.config import EXPERIMENTS
@@ -68,14 +67,56 @@ def user_experiments(folder: Path | None) -> dict[str, Path]:
     return {} if folder is None else {p.stem: p for p in sorted(folder.glob("*.yaml"))}
 
 
+def read_experiment(path: Path) -> dict:
+    """The experiment YAML at ``path``, read as every store file is (``files.read_text``: a
+    regular file of bounded size, never a FIFO or a link) and parsed within
+    ``loaders.load_yaml``'s limits (no tags, no alias bomb); UsageError naming the file and
+    what is wrong, before Hydra reads it."""
+    import yaml
+
+    from kernelzoo.records import files, loaders
+
+    try:
+        value = loaders.load_yaml(files.read_text(path))
+    except (OSError, files.StoreError, loaders.LimitError, yaml.YAMLError) as err:
+        why = files.one_line(err).splitlines()[0].removeprefix(f"{path}: ")
+        raise config.UsageError(f"{path}: cannot be read as an experiment ({why}); valid: a "
+                                "YAML file of a mapping, e.g. a copy of a packaged experiment"
+                                ) from None
+    if not isinstance(value, dict):
+        raise config.UsageError(f"{path}: not a mapping of settings; valid: a YAML file of a "
+                                "mapping, e.g. a copy of a packaged experiment")
+    return value
+
+
+def store_name(overrides: list[str]) -> str | None:
+    """The store name the overrides give (the last ``experiment=``, ``+experiment=`` or
+    ``++experiment=``), None without one."""
+    names = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+")
+             == "experiment"]
+    return names[-1] if names else None
+
+
+def not_anothers(store: str, name: str, folder: Path | None, where: str) -> None:
+    """UsageError when the store ``store`` that sweep ``name`` would write is another
+    experiment's (packaged, or one of the user's): its runs would mix into that store and its
+    report be rewritten for the mixture."""
+    if store != name and store in {*available(), *user_experiments(folder)}:
+        raise config.UsageError(
+            f"{where} names experiment {store!r}, whose store this sweep would mix into; valid: "
+            f"kernelzoo-sweep {store} to run it, or a new name for this sweep's store")
+
+
 def choose(name: str, folder: Path | None, overrides: list[str]) -> list[str]:
     """The Hydra arguments that run experiment ``name``: ``+experiments=<name>`` for a
     packaged one; for one of the user's folder, that folder's parent added to Hydra's search
     path, the folder as the config group, and ``experiment=<name>`` unless its YAML names the
     store itself. UsageError naming what would be valid otherwise."""
     mine = user_experiments(folder)
+    if store_name(overrides) is not None:
+        not_anothers(store_name(overrides), name, folder, f"experiment={store_name(overrides)}")
     if name in mine and name in available():
-        if mine[name].read_bytes() != (EXPERIMENTS / f"{name}.yaml").read_bytes():
+        if read_experiment(mine[name]) != read_experiment(EXPERIMENTS / f"{name}.yaml"):
             raise config.UsageError(
                 f"experiment {name!r} is both in {folder} and packaged with kernelzoo; valid: "
                 f"another name for {mine[name]}")
@@ -99,10 +140,11 @@ def choose(name: str, folder: Path | None, overrides: list[str]) -> list[str]:
         value = OverridesParser.create().parse_override(o).value()
         searchpath = [*(value if isinstance(value, list) else [value]), *searchpath]
         overrides = [x for x in overrides if x != o]
-    try:
-        named = "experiment" in OmegaConf.load(mine[name])
-    except Exception:  # noqa: BLE001 - not YAML of a mapping: Hydra's composition says why
-        named = False
+    own = read_experiment(mine[name])
+    named = "experiment" in own
+    if named:
+        not_anothers(str(own["experiment"]), name, folder,
+                     f"{mine[name]} (experiment: {own['experiment']})")
     return ["hydra.searchpath=[" + ",".join(f"'{p}'" for p in searchpath) + "]",
             f"+{group}={name}", *([] if named else [f"experiment={name}"]), *overrides]
 
@@ -111,7 +153,7 @@ def ask(folder: Path | None, overrides: list[str]) -> list[str]:
     """The Hydra arguments of a sweep defined by ``overrides`` alone: they must name it
     (``experiment=<name>``, not an experiment's own name, whose store it would mix into); its
     protocol is the published one (``trainer=paper``) unless they choose another."""
-    names = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "experiment"]
+    names = [store_name(overrides)] if store_name(overrides) is not None else []
     if not names:
         raise config.UsageError(
             "a sweep of overrides alone needs a name for its store; valid: experiment=<name>, "

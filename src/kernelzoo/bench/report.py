@@ -45,13 +45,12 @@ def read_csv(path: Path) -> list[dict]:
     def number(text):
         return float(text) if text else float("nan")
     rows = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            row = {k: number(r[k]) for k in COLUMNS if k.endswith(("_ms", "_mb", "_s")) or k == "ratio"}
-            row.update(case=r["case"], feature_map=r["feature_map"], n_keys=int(r["n_keys"]),
-                       d_dot=r["d_dot"] if r["d_dot"] == "inf" else int(float(r["d_dot"])),
-                       pack=int(r["pack"]), compile=r["compile"] == "True")
-            rows.append(row)
+    for r in csv.DictReader(io.StringIO(files.read_text(path), newline="")):
+        row = {k: number(r[k]) for k in COLUMNS if k.endswith(("_ms", "_mb", "_s")) or k == "ratio"}
+        row.update(case=r["case"], feature_map=r["feature_map"], n_keys=int(r["n_keys"]),
+                   d_dot=r["d_dot"] if r["d_dot"] == "inf" else int(float(r["d_dot"])),
+                   pack=int(r["pack"]), compile=r["compile"] == "True")
+        rows.append(row)
     return rows
 
 
@@ -155,7 +154,7 @@ def write_markdown(rows, path: Path, device, clock, rates, seconds: float,
 def rewrite_markdown(rows, path: Path, target_lines: list[str], eval_flop_ratio=None) -> None:
     """bench.md again from ``rows`` (``read_csv``), keeping the machine lines of the bench.md at
     ``path``: the table, targets and notes follow the CSV without measuring again."""
-    old = path.read_text().splitlines()
+    old = files.read_text(path).splitlines()
     header = old[:old.index("", old.index("# kernelzoo benchmark") + 2) + 1]
     _write(rows, path, header, target_lines, eval_flop_ratio)
 
@@ -246,11 +245,10 @@ ESTIMATE_BAND = (0.8, 1.0)  # peak / estimate: the estimate covers the peak, at 
 def read_estimate_csv(path: Path) -> list[dict]:
     """The rows of an ``estimate.csv`` as ``write_estimate`` wrote them (a pack's other runs'
     n_keys as "180+160", none as an empty cell)."""
-    with open(path, newline="") as f:
-        return [{**r, "batch_size": int(r["batch_size"]), "n_keys": int(r["n_keys"]),
-                 "pack": tuple(int(n) for n in r.get("pack", "").split("+") if n),
-                 **{k: float(r[k]) for k in ("peak_mb", "estimate_mb", "ratio")}}
-                for r in csv.DictReader(f)]
+    return [{**r, "batch_size": int(r["batch_size"]), "n_keys": int(r["n_keys"]),
+             "pack": tuple(int(n) for n in r.get("pack", "").split("+") if n),
+             **{k: float(r[k]) for k in ("peak_mb", "estimate_mb", "ratio")}}
+            for r in csv.DictReader(io.StringIO(files.read_text(path), newline=""))]
 
 
 def estimate_key(row: dict) -> tuple:

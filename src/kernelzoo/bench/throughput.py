@@ -48,11 +48,11 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from kernelzoo.bench import estimate, pack as bench_pack, report as bench_report
 from kernelzoo.core import memory
 from kernelzoo.config import CONF
+from kernelzoo.records import files, loaders
 from kernelzoo.training.devices import flushes_denormals
 from kernelzoo.maps.catalog import build_feature_map
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
@@ -94,7 +94,7 @@ def update_rule(case: str) -> str:
 
 def memory_conf(case: str) -> dict:
     """The memory's settings of a case, as ``conf/memory/<update_rule>.yaml`` gives them."""
-    return OmegaConf.to_container(OmegaConf.load(CONF / "memory" / f"{update_rule(case)}.yaml"))
+    return loaders.load_yaml(files.read_text(CONF / "memory" / f"{update_rule(case)}.yaml"))
 
 
 def baseline_eval_sequences(n_keys: int) -> int:

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from kernelzoo.records.files import atomic_write_text
+from kernelzoo.records.files import StoreError, atomic_write_text, read_text
 
 
 def stamp_file(exp_dir: Path) -> Path:
@@ -56,8 +56,8 @@ def mark(exp_dir: Path, arguments: list[str]) -> None:
 def up_to_date(exp_dir: Path, arguments: list[str]) -> bool:
     """True when the store's state is the one its last analysis with ``arguments`` marked."""
     try:
-        return stamp_file(exp_dir).read_text().strip() == state(exp_dir, arguments)
-    except OSError:
+        return read_text(stamp_file(exp_dir)).strip() == state(exp_dir, arguments)
+    except (OSError, StoreError):  # none, or no regular file (a FIFO is never waited on)
         return False
 
 

@@ -25,7 +25,7 @@ import yaml
 
 from kernelzoo.config import CONF, EXPERIMENTS, is_name
 from kernelzoo.records import summary as summary_schema
-from kernelzoo.records.files import StoreError, atomic_write_text, one_line, read_text
+from kernelzoo.records.files import StoreError, atomic_write_text, one_line, read_bytes, read_text
 from kernelzoo.records.loaders import load_json, load_yaml
 
 CURVE_COLUMNS = ("step", "train_loss", "eval_loss", "eval_accuracy")
@@ -69,7 +69,7 @@ def _conf_digest() -> str:
                 continue  # counted below, under its own name
             name = f.relative_to(EXPERIMENTS.parent if base is EXPERIMENTS else root)
             h.update(str(name).encode())
-            h.update(f.read_bytes())
+            h.update(read_bytes(f))
     return h.hexdigest()
 
 

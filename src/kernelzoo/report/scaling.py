@@ -8,13 +8,16 @@ verdicts quote (``law_words``, ``short_verdict``). Each analysed store's answers
 from __future__ import annotations
 
 import argparse
+import io
 import math
+from pathlib import Path
 
 import pandas as pd
 
 from kernelzoo.analysis import censored, power
 from kernelzoo.analysis.capacity import VIEW_WORDS
 from kernelzoo.analysis.scaling import MIN_D_DOTS, VERDICTS, Family, table
+from kernelzoo.records import files
 
 
 def _ci(value, low, high, spec: str) -> str:
@@ -147,8 +150,8 @@ def main(argv=None) -> None:
     parser.add_argument("scaling_csv", nargs="+", help="scaling.csv files of analysed stores")
     for path in parser.parse_args(argv).scaling_csv:
         try:
-            rows = pd.read_csv(path)
-        except (OSError, ValueError) as err:
+            rows = pd.read_csv(io.StringIO(files.read_text(Path(path))))
+        except (OSError, ValueError, files.StoreError) as err:
             print(f"{path}: unreadable ({type(err).__name__}: {err})")
             continue
         print(f"{path}:" + (" no family with a failure point" if rows.empty else ""))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 import torch
 import yaml
@@ -26,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from kernelzoo.config import Config, UsageError
 from kernelzoo.core.diagnostics import feature_ranks_of
+from kernelzoo.records import files, loaders
 from kernelzoo.training.plan import plan
 from kernelzoo.training.runner import initial_model, probe_batch
 
@@ -65,9 +67,12 @@ def main(argv=None) -> None:
     parser.add_argument("config", nargs="+", help="a run's config.yaml")
     for path in parser.parse_args(argv).config:
         try:
-            rank, effective = at_d_dot(typed(OmegaConf.load(path)))
+            text = files.read_text(Path(path))  # a regular file of bounded size: no FIFO
+            rank, effective = at_d_dot(typed(OmegaConf.create(loaders.load_yaml(text))))
         except UsageError as err:
             raise SystemExit(f"error: {path}: {err}") from None
+        except files.StoreError as err:
+            raise SystemExit(f"error: {err}; valid: a run's config.yaml") from None
         except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as err:
             raise SystemExit(f"error: {path}: {' '.join(str(err).split())}; valid: a run's "
                              "config.yaml") from None
