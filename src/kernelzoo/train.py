@@ -20,6 +20,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from kernelzoo import config
 from kernelzoo.config import UsageError
@@ -65,6 +66,9 @@ def precheck(argv: list[str]) -> None:
                 job.inside(one, store.experiment_dir(one.results_dir, one.experiment) / "hydra")
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except OmegaConfBaseException as err:  # a value read here first: ${oc.env:UNSET}
+        print(f"error: {config.describe(err, args.overrides)}", file=sys.stderr)
         sys.exit(2)
 
 

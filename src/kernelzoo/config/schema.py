@@ -37,6 +37,7 @@ UPDATE_RULES = ("sum", "delta", "fwm")
 VIEWS = ("loss", "accuracy", "keys_retrieved")  # of capacity (analysis.capacity), as searched
 NORMALISATIONS = ("attention", "sum", "none")
 SEED_MAX = 2**63 - 1  # torch generators take 64 bits; the evaluation stream adds an offset
+N_KEYS_MAX = 2**20  # the most keys a task is built with: one sequence of a batch holds them all
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
@@ -179,7 +180,7 @@ class Config:
     trainer: TrainerConf = field(default_factory=TrainerConf)
     logger: LoggerConf = field(default_factory=LoggerConf)
     search: SearchConf = field(default_factory=SearchConf)
-    n_keys: int = count(20)
+    n_keys: int = rule(20, f"an integer from 1 to {N_KEYS_MAX}", lambda v: 1 <= v <= N_KEYS_MAX)
     d_key: int = count(64)
     d_dot: int | None = count(None)
     seed: int = rule(1, f"an integer from 0 to {SEED_MAX}", lambda v: 0 <= v <= SEED_MAX)

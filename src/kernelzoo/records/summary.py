@@ -19,12 +19,14 @@ A field present is checked against its type (a number may be null or the store's
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable
 
 from kernelzoo import __version__
 from kernelzoo.config import is_name
+from kernelzoo.config.schema import N_KEYS_MAX
 
 REQUIRED, NULL_WHEN_ABSENT, OPTIONAL = "required", "null when absent", "optional"
 STATUSES = ("converged", "plateau", "max_steps", "diverged", "infeasible")
@@ -51,6 +53,10 @@ def _number(v) -> bool:
     return v in ("inf", "-inf") or isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _finite(v) -> bool:
+    return _number(v) and v not in ("inf", "-inf") and math.isfinite(v)
+
+
 def _text(v) -> bool:
     return isinstance(v, str)
 
@@ -63,7 +69,7 @@ def _count(v) -> bool:
     return _integer(v) and v >= 1
 
 
-INTEGER, INTEGER_OR_NULL = (_integer, "an integer"), (_or_null(_integer), "an integer or null")
+INTEGER = (_integer, "an integer")
 NAME = (lambda v: _text(v) and is_name(v), "a name (letters, digits, '-', '_', '.')")
 RUN_ID = (lambda v: _text(v) and is_run_id(v), "a run id (letters, digits, '-', '_', '.')")
 
@@ -77,6 +83,13 @@ def is_run_id(value: str) -> bool:
 RUN_ID_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
 COUNT, COUNT_OR_NULL = (_count, "an integer >= 1"), (_or_null(_count), "an integer >= 1 or null")
 NUMBER = (_or_null(_number), "a number, null or \"inf\"")
+# values the analysis computes with: in range, so it never builds by a value it read
+LOSS = (_or_null(lambda v: _finite(v) and v >= 0), "a finite number >= 0 or null")
+ACCURACY = (_or_null(lambda v: _finite(v) and 0 <= v <= 1), "a number in [0, 1] or null")
+SECONDS = (lambda v: _finite(v) and v >= 0, "a finite number >= 0")
+N_KEYS = (lambda v: _count(v) and v <= N_KEYS_MAX, f"an integer from 1 to {N_KEYS_MAX}")
+NATURAL = (lambda v: _integer(v) and v >= 0, "an integer >= 0")
+NATURAL_OR_NULL = (_or_null(NATURAL[0]), "an integer >= 0 or null")
 TEXT, TEXT_OR_NULL = (_text, "a string"), (_or_null(_text), "a string or null")
 # what core/diagnostics.py measures on the trained model (null where it could not)
 DIAGNOSTICS = ("phi_rank", "phi_effective_rank", "phi_rank_initial", "phi_effective_rank_initial",
@@ -92,24 +105,24 @@ FIELDS = (
     Field("d_key", *COUNT),
     Field("d_dot", *COUNT_OR_NULL),  # null: unbounded (softmax)
     Field("predicted_capacity", *COUNT_OR_NULL),  # d_dot, the capacity the reference predicts
-    Field("n_keys", *COUNT),
+    Field("n_keys", *N_KEYS),
     Field("seq_len", *COUNT_OR_NULL),
     Field("update_rule", *TEXT),
     Field("normalisation", *TEXT_OR_NULL),
     Field("seed", *INTEGER),
     Field("status", lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}"),
     Field("reason", *TEXT_OR_NULL, default=None),
-    Field("steps", *INTEGER, default=0),
-    Field("final_eval_loss", *NUMBER, default=None),
-    Field("best_eval_loss", *NUMBER, default=None),
-    Field("final_eval_accuracy", *NUMBER, default=None),
-    Field("wall_seconds", *NUMBER, default=0.0),
+    Field("steps", *NATURAL, default=0),
+    Field("final_eval_loss", *LOSS, default=None),
+    Field("best_eval_loss", *LOSS, default=None),
+    Field("final_eval_accuracy", *ACCURACY, default=None),
+    Field("wall_seconds", *SECONDS, default=0.0),
     Field("device", *TEXT_OR_NULL, default=None),
     Field("kernelzoo_version", *TEXT, default=__version__),
-    Field("resumes", *INTEGER, kind=OPTIONAL, default=0),  # continued from a checkpoint
+    Field("resumes", *NATURAL, kind=OPTIONAL, default=0),  # continued from a checkpoint
     Field("stall_check_of", _or_null(lambda v: _text(v) and is_name(v)), "a run id or null",
           kind=NULL_WHEN_ABSENT, default=None),  # the stalled run a stall check retrains
-    *(Field(name, *(INTEGER_OR_NULL if name == "dead_keys" else NUMBER), kind=OPTIONAL)
+    *(Field(name, *(NATURAL_OR_NULL if name == "dead_keys" else NUMBER), kind=OPTIONAL)
       for name in DIAGNOSTICS),
 )
 BY_NAME = {f.name: f for f in FIELDS}

@@ -63,13 +63,21 @@ def _grid(n: int, width: float = 3.2, height: float = 2.6) -> tuple[Figure, np.n
     return fig, axes
 
 
+FLOOR_POINTS = 2048  # the most n_keys at which a floor is computed: each integer up to there
+
+
 def _floor(ax, runs: pd.DataFrame, r, color) -> None:
-    """The loss floor of configuration row ``r``'s read-out over its n_keys, dash-dotted."""
+    """The loss floor of configuration row ``r``'s read-out over its n_keys, dash-dotted: at
+    every n_keys from its read rank to its largest, or at FLOOR_POINTS of them spread evenly
+    (never as many values as a number read from the store says)."""
     if pd.isna(r.rank_bound):
         return
     first = runs[runs["label"] == r.label].iloc[0]
     rank = int(first["read_rank"])
-    n = np.arange(rank, int(runs.loc[runs["label"] == r.label, "n_keys"].max()) + 1)
+    top = int(runs.loc[runs["label"] == r.label, "n_keys"].max())
+    if top < rank:
+        return
+    n = np.unique(np.linspace(rank, top, min(top - rank + 1, FLOOR_POINTS)).round().astype(int))
     floor = np.array([rank_bound.floor_of(k, rank, r.update_rule, first["eval_max_queries"],
                                           first["eval_query_batch"]) for k in n])
     ax.plot(n[floor > 0], floor[floor > 0], ls="-.", lw=0.9, color=color, gid="rank-floor")

@@ -4,6 +4,7 @@ reads the analysis' tables; a verdict that does not apply to the study is left o
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis import (between_sizes, factorial, optimisation, published, rankings,
@@ -27,23 +28,28 @@ def _ratio(r) -> str:
 
 
 def paper_bound(capacity: pd.DataFrame) -> list[str]:
-    """The paper's prediction n* <= d_dot in the loss view, per configuration with a d_dot:
-    below (its interval under d_dot), at (covering it) or above (over it, or a lower bound
-    past it)."""
+    """The paper's prediction n* <= d_dot in the loss view, per configuration with a d_dot, from
+    its interval [ci_low, ci_high] (a bound's open end at 0 or inf): below (the interval under
+    d_dot), above (its lower end over d_dot), at (a failure point whose finite interval covers
+    d_dot), else cannot tell (a bound, or seeds that disagree, that allows both sides)."""
     rows = capacity[capacity["predicted_capacity"].notna()
                     & ~capacity["outcome"].isin(("no_data", "not_searched"))]
     if rows.empty:
         return []
     d = rows["predicted_capacity"].astype(float)
-    high = rows["ci_high"].where(rows["outcome"] == "fails_at", rows["observed_capacity"])
-    low = rows["ci_low"].where(rows["outcome"] == "fails_at", rows["observed_capacity"])
-    above = (low > d) | ((rows["outcome"] == "never_fails") & (rows["observed_capacity"] >= d))
-    below = ~above & (high < d)
-    parts = [f"{int(below.sum())} fail before d_dot, {int((~above & ~below).sum())} at it, "
-             f"{int(above.sum())} above it"]
+    low, high = rows["ci_low"].astype(float), rows["ci_high"].astype(float)
+    above, below = low > d, high < d
+    at = ~above & ~below & (rows["outcome"] == "fails_at") & (low > 0) & np.isfinite(high)
+    unknown = ~above & ~below & ~at
+    parts = [f"{int(below.sum())} fail before d_dot, {int(at.sum())} at it, "
+             f"{int(above.sum())} above it"
+             + (f", {int(unknown.sum())} cannot tell (bounded)" if unknown.any() else "")]
     if above.any():
         parts.append("above: " + ", ".join(f"{r.label} {_ratio(r)}"
                                            for r in rows[above].itertuples()))
+    if unknown.any():
+        parts.append("cannot tell: " + ", ".join(f"{r.label} {_ratio(r)}"
+                                                 for r in rows[unknown].itertuples()))
     return [f"- **n* <= d_dot** (the paper's bound, loss view; failure point / d_dot "
             f"[interval]), {plural(len(rows), 'configuration')}: " + "; ".join(parts) + "."]
 
