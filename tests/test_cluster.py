@@ -20,6 +20,14 @@ NAMESPACES = shutil.which("unshare") is not None and subprocess.run(
 node = pytest.mark.skipif(not NAMESPACES, reason="needs unshare -p (root, Linux)")
 
 
+def on_node(*command) -> list:
+    """``command`` as a job on a compute node runs: in a PID namespace of its own, under a
+    process that stays PID 1 there (submitit's controller; PID 1 itself ignores SIGKILL sent
+    from inside its namespace, which would hide the kill)."""
+    return ["unshare", "-p", "-f", "--mount-proc", "sh", "-c", '"$@"; exit $?', "node",
+            *map(str, command)]
+
+
 def _node_env(cli_env: dict) -> dict:
     """The environment sbatch exports to a job: the sweep's marks, as this process set them."""
     saved = {k: os.environ.get(k) for k in (interrupt.SWEEP_PID, interrupt.SWEEP_PLACE)}
@@ -41,13 +49,18 @@ def test_a_worker_in_its_own_pid_namespace_does_not_kill_itself(cli_env):
     there and goes on."""
     worker = ("from kernelzoo.training import interrupt; interrupt.die_with_sweep(); "
               "print('alive', flush=True)")
-    res = run_cmd(["unshare", "-p", "-f", "--mount-proc", PYTHON, "-c", worker],
-                  _node_env(cli_env), timeout=60)
+    res = run_cmd(on_node(PYTHON, "-c", worker), _node_env(cli_env), timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "alive", res.explain()
     # in the sweep's place the watch stands: a worker whose sweep is gone ends at once
     gone = {**_node_env(cli_env), interrupt.SWEEP_PID: "999999999"}
     res = run_cmd([PYTHON, "-c", worker], gone, timeout=60)
     assert res.returncode == -9, res.explain()
+
+
+# a sweep's job as it starts on a node: it watches its sweep (``die_with_sweep``), then trains
+JOB = ("import runpy, sys; from kernelzoo.training import interrupt; interrupt.die_with_sweep(); "
+       "sys.argv = ['kernelzoo.train', *sys.argv[1:]]; "
+       "runpy.run_module('kernelzoo.train', run_name='__main__')")
 
 
 @node
@@ -59,9 +72,9 @@ def test_six_jobs_on_emulated_compute_nodes_all_train(tmp_path, cli_env):
     trained = 0
     for fm in ("elu", "dpfp"):
         for n in (3, 4, 6):
-            res = run_cmd(["unshare", "-p", "-f", "--mount-proc", PYTHON, "-m",
-                           "kernelzoo.train", *TINY, f"feature_map={fm}", f"n_keys={n}",
-                           f"results_dir={tmp_path}", "experiment=node"], env, timeout=120)
+            res = run_cmd(on_node(PYTHON, "-c", JOB, *TINY, f"feature_map={fm}", f"n_keys={n}",
+                                  f"results_dir={tmp_path}", "experiment=node"),
+                          env, timeout=120)
             assert res.returncode == 0, res.explain()
             trained += 1
     runs = list((tmp_path / "node" / "runs").glob("*/summary.json"))
@@ -110,3 +123,23 @@ def test_another_user_cannot_replace_a_queued_job_pickle():
     finally:
         os.umask(umask)
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_sweep_directory_name_differs_across_pid_namespaces(tmp_path):
+    """Two sweeps started in the same second under the same pid, in two PID namespaces (two
+    containers), collided on one hydra/ folder; its name carries a random token beside the pid.
+    A folder already there is refused without advice to delete another sweep's live logs."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    import kernelzoo.train  # noqa: F401 - registers the resolver
+    from kernelzoo.records import store
+
+    cfg = OmegaConf.create({"d": "${pid:}", "e": "${pid:}"})  # cached: one per sweep's config
+    assert cfg.d == cfg.e and re.fullmatch(rf"{os.getpid()}-[0-9a-f]{{6}}", cfg.d)
+    (tmp_path / "hydra" / "x").mkdir(parents=True)
+    with pytest.raises(store.StoreError) as err:
+        store.make_dir(tmp_path, tmp_path / "hydra" / "x")
+    assert str(err.value).endswith("run again, which names a new one (remove this one only when "
+                                   "no sweep writes there)")

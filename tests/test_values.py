@@ -95,3 +95,41 @@ def test_an_unset_environment_variable_in_a_single_runs_override_is_one_line(cap
     assert _precheck([typed], capsys) == (
         f"error: {typed} is invalid (KeyError raised while resolving interpolation: "
         "\"Environment variable 'KERNELZOO_UNSET' not found\"); valid: a directory path")
+
+
+def test_bounds_and_diverged_runs_are_said_as_such_in_the_capacity_table(tmp_path):
+    """A configuration that fails at its first point prints its loss / d_dot as the bound it is
+    (it printed 0.31 as if a point), and one whose every run diverged carries "diverged 3" (its
+    flags cell was empty)."""
+    from synthetic import write_run
+
+    from kernelzoo.analysis import pipeline
+    from kernelzoo.report.markdown import capacity_lines
+
+    exp = tmp_path / "s"
+    for n in (20, 40):
+        write_run(exp, n_keys=n, loss=0.5, feature_map="elu", d_dot=64)
+    for seed in (1, 2, 3):
+        write_run(exp, n_keys=20, loss=None, feature_map="relu", seed=seed, status="diverged")
+    lines = capacity_lines(pipeline.analyse(exp, "s", 0.01, 0.99))
+    elu = next(line for line in lines if line.startswith("| ELU+1 |"))
+    relu = next(line for line in lines if line.startswith("| ReLU |"))
+    assert "| <= 0.31 |" in elu and "| <= 0.31 |" in relu
+    assert relu.endswith("| diverged 3 |"), relu
+
+
+def test_views_agree_says_why_where_rho_is_undefined(monkeypatch):
+    """One view's ratios all equal: Spearman's rho is undefined, and "views agree" printed nan."""
+    from kernelzoo.analysis import rankings
+    from kernelzoo.analysis.labels import rho_words
+
+    long = pd.DataFrame({"label": list("abc") * 3,
+                         "view": ["loss"] * 3 + ["accuracy"] * 3 + ["keys_retrieved"] * 3,
+                         "ratio": [0.5, 0.7, 0.9, 1.0, 1.0, 1.0, 0.6, 0.8, 1.1]})
+    monkeypatch.setattr(rankings, "by_view", lambda capacity: long)
+    found = rankings.view_rhos(pd.DataFrame({"predicted_capacity": [64.0, 64.0, 64.0]}))
+    assert [(v, w, rho is None, n) for v, w, rho, n in found] == [
+        ("loss", "accuracy", True, 3), ("loss", "keys_retrieved", False, 3),
+        ("accuracy", "keys_retrieved", True, 3)]
+    assert rho_words(None) == "undefined (one view's ratios are all equal)"
+    assert rho_words(found[1][2]) == "1.00"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
 
 import hydra
@@ -31,8 +32,11 @@ from kernelzoo.training import interrupt
 # the job (training/job.py, which loads torch) is imported where a run starts: a sweep's own
 # process plans and trains nothing when every point is done
 
-if not OmegaConf.has_resolver("pid"):  # keeps simultaneous sweeps apart; cached: one per sweep
-    OmegaConf.register_new_resolver("pid", os.getpid, use_cache=True)
+# keeps simultaneous sweeps apart, in other PID namespaces too (a container's pids repeat the
+# host's): the pid and a random token; cached, one per sweep
+if not OmegaConf.has_resolver("pid"):
+    OmegaConf.register_new_resolver("pid", lambda: f"{os.getpid()}-{secrets.token_hex(3)}",
+                                    use_cache=True)
 
 
 def precheck(argv: list[str]) -> None:

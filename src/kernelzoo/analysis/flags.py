@@ -86,6 +86,7 @@ def flags(capacity: pd.DataFrame, seeds: pd.DataFrame, runs: pd.DataFrame, thres
     """One string per row of ``capacity`` (its flags joined by "; ", "" for none)."""
     mixed = seeds.groupby("label")["outcome"].nunique() > 1
     capped = runs[runs["status"] == "max_steps"].groupby("label").size()
+    diverged = runs[runs["status"] == "diverged"].groupby("label").size()
     measured = tiers.flags(capacity, runs, threshold, accuracy_threshold).set_index("label")
     found = []
     for r in capacity.itertuples():
@@ -110,6 +111,8 @@ def flags(capacity: pd.DataFrame, seeds: pd.DataFrame, runs: pd.DataFrame, thres
             words.append("seeds disagree")
         if r.label in capped.index:
             words.append(f"step cap {int(capped[r.label])}")
+        if r.label in diverged.index:
+            words.append(f"diverged {int(diverged[r.label])}")
         for column, word in DYNAMICS.items():  # runs counted by ``dynamics.add_columns``
             if int(getattr(r, column, 0) or 0):
                 words.append(f"{word} {int(getattr(r, column))}")

@@ -51,13 +51,18 @@ def cell(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
-def bound(value, outcome) -> str:
-    """A failure point with its outcome: bounds as inequalities, a plateau as "plateau 32",
-    "–" where there is none."""
+def rho_words(rho: float | None) -> str:
+    """Spearman's rho as reports print it; where it is undefined, why."""
+    return "undefined (one view's ratios are all equal)" if rho is None else f"{rho:.2f}"
+
+
+def bound(value, outcome, digits: int = 3) -> str:
+    """A failure point (or its ratio to d_dot) with its outcome: bounds as inequalities, a
+    plateau as "plateau 32", "–" where there is none; ``digits`` significant digits."""
     if outcome is None or pd.isna(outcome) or outcome == "no_data":
         return "–"
     sign = {"never_fails": ">= ", "fails_everywhere": "<= ", "plateau": "plateau "}.get(outcome, "")
-    return sign + cell(value)
+    return sign + cell(value, digits)
 
 
 def canonical_params(params: dict) -> str:

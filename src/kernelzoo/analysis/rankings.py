@@ -76,9 +76,10 @@ def efficiency_cell(r) -> str:
     return f"{ratio:.2f} [{r['efficiency_low']:.2f}, {r['efficiency_high']:.2f}]"
 
 
-def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:
+def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float | None, int]]:
     """(view, other view, Spearman's rho of their failure point / d_dot, configurations) for
-    each pair of views over the configurations with a bounded d_dot ranked in both (3 or more)."""
+    each pair of views over the configurations with a bounded d_dot ranked in both (3 or more);
+    rho None where a view's ratios are all equal (no order to compare)."""
     rows = by_view(capacity[capacity["predicted_capacity"].notna()])
     ratios, found = rows.pivot(index="label", columns="view", values="ratio"), []
     ratios = ratios.reindex(rows["label"].drop_duplicates())  # in the capacity table's order
@@ -86,6 +87,8 @@ def view_rhos(capacity: pd.DataFrame) -> list[tuple[str, str, float, int]]:
         for w in VIEWS[i + 1:]:
             both = ratios[[v, w]].dropna()
             if len(both) >= 3:
-                found.append((v, w, stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic,
+                flat = (both.nunique() < 2).any()
+                found.append((v, w, None if flat else
+                              stats.spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic,
                               len(both)))
     return found

@@ -176,8 +176,9 @@ def make_dir(results_dir: str | Path, path: Path) -> Path:
             return path
         what = "a symbolic link" if path.is_symlink() else "something"
         raise StoreError(f"{path}: {what} already there, where this sweep makes its own new "
-                         "directory; kernelzoo writes into no directory it did not make: "
-                         "remove it and run again") from None
+                         "directory; kernelzoo writes into no directory it did not make: run "
+                         "again, which names a new one (remove this one only when no sweep "
+                         "writes there)") from None
     return path
 
 

@@ -115,7 +115,8 @@ def capacity_lines(a: Analysis) -> list[str]:
     for r in capacity.itertuples():
         lines.append("| " + " | ".join([
             r.label, cell(r.d_dot) if pd.notna(r.predicted_capacity) else "unbounded",
-            str(r.n_seeds), *map(observed, views[r.label].itertuples()), cell(r.ratio, 2),
+            str(r.n_seeds), *map(observed, views[r.label].itertuples()),
+            bound(r.ratio, r.outcome, 2),
             *([bound(r.reference_capacity, r.reference_outcome)] if ref else []),
             *([published(r)] if theirs else []), flags.get(r.label, "")]) + " |")
     levels = sorted({f"{n} seeds {lv:.4g}%" for n, lv in

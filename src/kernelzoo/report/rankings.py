@@ -10,7 +10,7 @@ import pandas as pd
 from kernelzoo.analysis import between_sizes
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
-from kernelzoo.analysis.labels import bound, cell, natural_key
+from kernelzoo.analysis.labels import bound, cell, natural_key, rho_words
 from kernelzoo.analysis.rankings import GAP, HEADLINE, LOSS_FIRST, loss_first, sizes, view_rhos
 from kernelzoo.analysis.tiers import Placed, tiers
 
@@ -32,8 +32,8 @@ def view_agreement(capacity: pd.DataFrame) -> list[str]:
     """Spearman's rho between each pair of views' efficiency orders (``view_rhos``), and the
     configurations whose loss view fails first (``loss_first``: the loss crosses tau while the
     keys are still answered right)."""
-    lines = [f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = {rho:.2f} over {n} "
-             "configurations." for v, w, rho, n in view_rhos(capacity)]
+    lines = [f"- {VIEW_WORDS[v]} against {VIEW_WORDS[w]}: Spearman rho = {rho_words(rho)} "
+             f"over {n} configurations." for v, w, rho, n in view_rhos(capacity)]
     found = capacity[loss_first(capacity)]
     if len(found):
         lines.append("- Loss view failing first (the loss crosses tau while the keys are still "

@@ -10,7 +10,7 @@ import pandas as pd
 from kernelzoo.analysis import (between_sizes, factorial, optimisation, published, rankings,
                                 scaling, tiers, update_rules)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
-from kernelzoo.analysis.labels import bound, cell
+from kernelzoo.analysis.labels import bound, cell, rho_words
 from kernelzoo.analysis.pipeline import Analysis
 from kernelzoo.config.words import plural
 from kernelzoo.report.scaling import law_words, short_verdict
@@ -131,7 +131,7 @@ def ranking(capacity: pd.DataFrame) -> list[str]:
     rhos = rankings.view_rhos(capacity)
     if rhos:
         lines.append("- **Views agree** (Spearman rho of failure point / d_dot): " + "; ".join(
-            f"{VIEW_WORDS[v]} / {VIEW_WORDS[w]} {rho:.2f} ({n} configurations)"
+            f"{VIEW_WORDS[v]} / {VIEW_WORDS[w]} {rho_words(rho)} ({n} configurations)"
             for v, w, rho, n in rhos) + ".")
     return lines
 
