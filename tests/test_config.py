@@ -69,8 +69,8 @@ def test_names_yaml_reads_as_other_types_are_taken_as_strings(value, name):
 
 
 BAD_VALUES = [  # overrides, what the one line must name
-    (["n_keys=true"], ["n_keys=true", "an integer >= 1"]),
-    (["n_keys=0"], ["n_keys=0", "an integer >= 1"]),
+    (["n_keys=true"], ["n_keys=true", "an integer from 1 to 1048576"]),
+    (["n_keys=0"], ["n_keys=0", "an integer from 1 to 1048576"]),
     (["n_keys=2.5"], ["n_keys=2.5", "Integer"]),
     (["d_key=0"], ["d_key=0"]),
     (["d_dot=0"], ["d_dot=0"]),

@@ -4,6 +4,7 @@ line before anything is allocated or trained."""
 
 from __future__ import annotations
 
+import os
 import resource
 
 import pytest
@@ -25,7 +26,11 @@ def test_the_memory_limit_of_a_cgroup_or_ulimit_is_read(tmp_path, monkeypatch):
     none = cgroup_tree(tmp_path / "none", "0::/\n", {"memory.max": "max\n"})
     assert devices.process_limit(*none) is None
     monkeypatch.setattr(resource, "getrlimit", lambda which: (1 << 30, resource.RLIM_INFINITY))
-    assert devices.process_limit(*v1) == (1 << 30, "its ulimit -v")
+    # ulimit -v bounds the whole address space: what the process already holds is not free
+    statm = tmp_path / "statm"
+    statm.write_text("1000 200 100 1 0 300 0\n")
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert devices.process_limit(*v1, statm) == ((1 << 30) - 1000 * page, "its ulimit -v")
 
 
 def _plan(*overrides):

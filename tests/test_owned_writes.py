@@ -129,3 +129,24 @@ def test_a_home_directory_in_results_dir_is_expanded(monkeypatch):
                                "seed=1", "results_dir=/data/~x"]) == [
         "results_dir='/home/someone/x'", "+results_dir=/home/someone",
         'results_dir="/home/someone/a b"', "seed=1", "results_dir=/data/~x"]
+
+
+def test_a_temp_file_left_by_a_killed_writer_is_cleaned_by_the_next_one(tmp_path):
+    """A kill between the write and the rename left ``.report.md.*`` or ``.sweep.json.*`` for
+    good. The next writer of the same file removes those older than STALE_TEMP; a write in
+    flight (a fresh temp file) and other files' temp files are left alone."""
+    import os
+    import time
+
+    from kernelzoo.records import files
+
+    stale, fresh = tmp_path / ".report.md.ab12cd_9", tmp_path / ".report.md.zz12cd_9"
+    other = tmp_path / ".sweep.json.ab12cd_9"
+    for path in (stale, fresh, other):
+        path.write_text("part")
+    for path in (stale, other):
+        os.utime(path, (time.time() - 2 * files.STALE_TEMP,) * 2)
+    files.atomic_write_text(tmp_path / "report.md", "whole\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fresh.name, other.name, "report.md"]
+    files.atomic_write_text(tmp_path / "sweep.json", "{}\n")
+    assert not other.exists() and fresh.exists()

@@ -276,10 +276,46 @@ def test_a_warned_submitit_job_checkpoints_and_is_requeued(tmp_path, cli_env, ba
     [task] = [pid for pid in _submitit_tasks() if pid in interrupt.descendants(sweep.proc.pid)]
     os.kill(task, signal.SIGUSR2)
     assert sweep.wait(timeout=400) == 0, sweep.stdout + sweep.stderr
-    log = "".join(p.read_text() for p in (results / "smoke" / "submitit").rglob("*_log.out"))
+    log = "".join(p.read_text()
+                  for p in (results / "smoke" / "hydra").glob("*/submitit/**/*_log.out"))
     [(rid, step)] = re.findall(r"^timed out (\S+): checkpointed at step (\d+); the requeued job "
                                r"continues from there$", log, re.M)
     assert re.search(rf"^resume {re.escape(rid)}: from its checkpoint at step {step} ", log, re.M)
     summary = store.read_summary(results / "smoke" / "runs" / rid)
     assert (summary["status"], summary["steps"], summary["resumes"]) == ("max_steps", 20000, 1)
     assert 0 < int(step) < 20000
+
+
+@pytest.mark.slow
+def test_sigusr2_to_a_sweep_inside_a_job_is_one_line(tmp_path, cli_env, background):
+    """A sweep run inside a SLURM job gets the scheduler's warning (SIGUSR2) before its time
+    limit: it exited 140 without a line; now it stops as for SIGTERM, says so and records it."""
+    interrupt_then_rerun(tmp_path, cli_env, background, [], signal.SIGUSR2, to_group=False,
+                         max_steps=4000)
+
+
+@pytest.mark.slow
+def test_a_killed_submitit_job_ends_the_sweep_in_one_line_and_is_recorded(tmp_path, cli_env,
+                                                                         background):
+    """A submitit job SIGKILLed (the OOM killer, a lost node) ended the sweep in a 30-line
+    traceback with no sweep.json record: now one line, exit 1, the failure recorded, and a rerun
+    continues the run. (~40 s.)"""
+    results = tmp_path / "results"
+    args = ["smoke", f"results_dir={results}", "launcher=submitit_local", "grids=[0]",
+            "feature_map=elu", "n_keys=6", "trainer.max_steps=20000", "trainer.patience=1000",
+            "trainer.stop_loss=1e-12", "--no-analysis"]
+    sweep = background([PYTHON, "-m", "kernelzoo.sweep", *args], cli_env, "sweep")
+
+    def training(_) -> bool:
+        curves = list((results / "smoke" / "runs").glob("*/curve.csv"))
+        return bool(curves) and len(curves[0].read_text().splitlines()) > 3
+    assert sweep.wait_for(training, timeout=300, poll=0.1), sweep.stdout + sweep.stderr
+    [task] = [pid for pid in _submitit_tasks() if pid in interrupt.descendants(sweep.proc.pid)]
+    os.kill(task, signal.SIGKILL)
+    assert sweep.wait(timeout=120) == 1, sweep.stdout + sweep.stderr
+    lines = [line for line in sweep.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: a worker of the sweep ended by "
+                                                   "itself (UncompletedJobError: "), sweep.stderr
+    assert "Traceback" not in sweep.stdout + sweep.stderr
+    last = json_file(results / "smoke" / "sweep.json")["invocations"][-1]
+    assert last["failed"] == lines[0].removeprefix("error: ")

@@ -302,10 +302,12 @@ def a_summary(**fields) -> dict:
 
 
 def test_store_summary_is_json_and_rejects_corruption(tmp_path):
-    summary = a_summary(final_eval_loss=float("nan"), best_eval_loss=float("inf"))
+    summary = a_summary(final_eval_loss=float("nan"), margin=float("-inf"))
     RunDir(tmp_path).write_summary(summary)
     data = json.loads((tmp_path / "summary.json").read_text())
-    assert data["final_eval_loss"] is None and data["best_eval_loss"] == "inf"
+    assert data["final_eval_loss"] is None and data["margin"] == "-inf"
+    with pytest.raises(ValueError, match="best_eval_loss is \"inf\", not a finite number >= 0"):
+        RunDir(tmp_path).write_summary(a_summary(best_eval_loss=float("inf")))
     (tmp_path / "summary.json").write_text('{"status": "conv')
     with pytest.raises(store.StoreError, match="summary.json"):
         store.read_summary(tmp_path)
@@ -328,7 +330,7 @@ def test_one_summary_schema_for_writers_and_readers(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({**older, "extra": [1]}))
     read = store.read_summary(tmp_path)  # absent: stall_check_of null, resumes absent; kept
     assert read == {**older, "extra": [1], "stall_check_of": None}
-    for bad, message in (({"dead_keys": 1.5}, "dead_keys is 1.5, not an integer or null"),
+    for bad, message in (({"dead_keys": 1.5}, "dead_keys is 1.5, not an integer >= 0 or null"),
                          ({"status": "done"}, "status 'done' is not one of converged"),
                          ({"margin": "x"}, "margin is \"x\", not a number")):
         (tmp_path / "summary.json").write_text(json.dumps({**summary, **bad}))

@@ -85,7 +85,8 @@ def test_the_command_prints_each_config_and_names_a_bad_one(tmp_path, capsys):
     assert capsys.readouterr().out == (f"{run}: untrained rank 64.0, effective rank "
                                        "42.765916288358206 at n_keys = d_dot\n")
     for text, words in (("n_keys: [\n", "expected the node content"),
-                        ("n_keys: -3\n", "n_keys=-3 is invalid; valid: an integer >= 1")):
+                        ("n_keys: -3\n",
+                         "n_keys=-3 is invalid; valid: an integer from 1 to 1048576")):
         (tmp_path / "bad.yaml").write_text(text)
         with pytest.raises(SystemExit) as err:
             main([str(tmp_path / "bad.yaml")])

@@ -117,6 +117,16 @@ def slurm_array(cfg, jobs: list[list[str]], label: str = "") -> str:
     return "\n".join([head, *(f"  job {i}: {' '.join(job)}" for i, job in enumerate(listed))])
 
 
+def job_errors() -> tuple[type, ...]:
+    """submitit's errors for a job that ended without its result (killed: SIGKILL, the OOM
+    killer, a node lost), where submitit is installed."""
+    try:
+        from submitit.core.utils import FailedJobError, UncompletedJobError
+    except ImportError:
+        return ()
+    return (FailedJobError, UncompletedJobError)
+
+
 OUTCOMES = ("converged", "plateau", "max_steps", "diverged", "infeasible", "skipped", "failed")
 
 
@@ -219,7 +229,8 @@ class GridSweeper(sweeper_base()):
             except store.StoreError as err:
                 fail(str(err))
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-            private_job_folder(self.config.hydra.launcher)
+            if not self.config.dry_run:  # a dry run submits nothing
+                private_job_folder(self.config.hydra.launcher)
             if not self.config.dry_run:
                 print(f"logs: {sweep_dir}/<job>/train.log ({launcher_words(self.config)})")
             if search:
@@ -258,11 +269,13 @@ class GridSweeper(sweeper_base()):
                 f"{wall / 60:.1f} min ({self._totals() or 'nothing finished'}); its workers are "
                 "stopped, runs in flight have no summary and a rerun continues them from their "
                 "checkpoints, if any")) from None
-        except (OSError, BrokenExecutor) as err:  # a full disk, a read-only store: here, or
-            interrupt.stop_workers()  # in a worker (Hydra's job directories included); or a
-            record = {**rounds.record(), **chosen} if rounds else planned  # worker killed
+        except (OSError, BrokenExecutor, *job_errors()) as err:
+            # a full disk or a read-only store, here or in a worker (Hydra's job directories
+            # included); a worker killed (loky names the signal); a submitit job killed
+            interrupt.stop_workers()
+            record = {**rounds.record(), **chosen} if rounds else planned
             why = [w.strip() for w in str(err).splitlines() if "exit code" in w] \
-                or str(err).splitlines()[:1] or ["no reason given"]  # loky names the signal
+                or str(err).splitlines()[:1] or ["no reason given"]
             line = files.one_line(err) if isinstance(err, OSError) else (
                 f"a worker of the sweep ended by itself ({type(err).__name__}: {why[0]}); its "
                 "other workers are stopped, runs in flight have no summary and a rerun continues "

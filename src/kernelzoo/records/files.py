@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
@@ -45,12 +47,33 @@ def umask() -> int:
         return mask
 
 
+STALE_TEMP = 600  # seconds after which a temporary file of a write was left by a killed writer
+
+
+def clean_stale_temps(path: Path, older: float = STALE_TEMP) -> list[Path]:
+    """Remove the temporary files of earlier writes of ``path`` (``.<name>.<8 characters>``,
+    as ``atomic_write`` makes them) older than ``older`` seconds: a writer killed between its
+    write and its rename left them; a write in flight is never that old. The ones removed."""
+    name = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}")
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            if name.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    if time.time() - entry.stat(follow_symlinks=False).st_mtime > older:
+                        os.unlink(entry.path)
+                        removed.append(Path(entry.path))
+    return removed
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` through ``write(binary file)`` so that readers, and a kill -9 at any
     moment, see the old file or the new, never a part: a temporary file beside it, its mode
     set from the umask (mkstemp's 0600 would hide results from the group), flushed to disk,
     then renamed over ``path``. A failure (a full disk) leaves the old file and raises OSError
-    naming ``path``."""
+    naming ``path``. The temporary files a killed writer of ``path`` left go first
+    (``clean_stale_temps``)."""
+    clean_stale_temps(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

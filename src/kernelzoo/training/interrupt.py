@@ -52,7 +52,9 @@ class Interrupted(KeyboardInterrupt):
 @contextlib.contextmanager
 def handled():
     """Within this block, SIGTERM, SIGINT and SIGHUP raise Interrupted (once) in the main
-    thread."""
+    thread; so does SIGUSR2, a scheduler's warning before a time limit, where nothing else
+    handles it (a sweep inside a job: its default ended the process, exit 140, without a
+    line; a submitit job's own handler, which requeues it, is left in place)."""
     stopping = []
 
     def handler(signum, frame):
@@ -60,7 +62,10 @@ def handled():
             stopping.append(signum)
             raise Interrupted(signum)
 
-    previous = {s: signal.signal(s, handler) for s in SIGNALS}
+    usr2 = getattr(signal, "SIGUSR2", None)
+    taken = SIGNALS + ((usr2,) if usr2 and signal.getsignal(usr2) in (signal.SIG_DFL, None)
+                       else ())
+    previous = {s: signal.signal(s, handler) for s in taken}
     try:
         yield
     finally:

@@ -69,15 +69,20 @@ def cpu_quota(proc: Path = PROC, root: Path = ROOT) -> float | None:
     return min(found) if found else None
 
 
-def process_limit(proc: Path = PROC, root: Path = ROOT) -> tuple[int, str] | None:
+def process_limit(proc: Path = PROC, root: Path = ROOT,
+                  statm: Path = Path("/proc/self/statm")) -> tuple[int, str] | None:
     """The smallest memory limit this process runs under, in bytes, and its name: its memory
     cgroup's (v2 ``memory.max``, v1 ``memory.limit_in_bytes``, here or in a parent group: a
-    SLURM job's ``--mem``, a container's) and ``ulimit -v`` (RLIMIT_AS); None without one. A
-    run above it would be killed by the kernel, unannounced."""
+    SLURM job's ``--mem``, a container's) and ``ulimit -v`` (RLIMIT_AS) less the address space
+    the process already holds (``statm``: torch's libraries alone are gigabytes of it); None
+    without one. A run above it would be killed by the kernel, unannounced."""
     found = []
     soft = resource.getrlimit(resource.RLIMIT_AS)[0]
     if soft != resource.RLIM_INFINITY:
-        found.append((soft, "its ulimit -v"))
+        held = 0
+        with contextlib.suppress(ValueError, IndexError, AttributeError):
+            held = int(_read(statm).split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        found.append((max(0, soft - held), "its ulimit -v"))
     for folder, v2 in _groups("memory", proc, root):
         with contextlib.suppress(ValueError, TypeError):
             value = int(_read(folder / ("memory.max" if v2 else "memory.limit_in_bytes")))
