@@ -256,6 +256,22 @@ def _submitit_tasks() -> list[int]:
     return found
 
 
+def _submitit_job_training(results: Path, cli_env, background, *extra):
+    """A submitit_local sweep of one long run (ELU+1, 6 keys, 20k steps), once it trains: the
+    sweep and its task's pid."""
+    sweep = background([PYTHON, "-m", "kernelzoo.sweep", "smoke", f"results_dir={results}",
+                        "launcher=submitit_local", "grids=[0]", "feature_map=elu", "n_keys=6",
+                        *extra, "trainer.max_steps=20000", "trainer.patience=1000",
+                        "trainer.stop_loss=1e-12", "--no-analysis"], cli_env, "sweep")
+
+    def training(_) -> bool:
+        curves = list((results / "smoke" / "runs").glob("*/curve.csv"))
+        return bool(curves) and len(curves[0].read_text().splitlines()) > 3
+    assert sweep.wait_for(training, timeout=300, poll=0.1), sweep.stdout + sweep.stderr
+    [task] = [pid for pid in _submitit_tasks() if pid in interrupt.descendants(sweep.proc.pid)]
+    return sweep, task
+
+
 @pytest.mark.slow
 def test_a_warned_submitit_job_checkpoints_and_is_requeued(tmp_path, cli_env, background):
     """A fake time limit: SIGUSR2, the scheduler's warning, to a submitit_local job in flight.
@@ -263,17 +279,8 @@ def test_a_warned_submitit_job_checkpoints_and_is_requeued(tmp_path, cli_env, ba
     requeues the job (max_num_timeout), and the requeued job continues the run from that step
     to its end: one summary, one resume. (~60 s.)"""
     results = tmp_path / "results"
-    sweep = background([PYTHON, "-m", "kernelzoo.sweep", "smoke", f"results_dir={results}",
-                        "launcher=submitit_local", "grids=[0]", "feature_map=elu", "n_keys=6",
-                        "+hydra.launcher.max_num_timeout=3", "trainer.max_steps=20000",
-                        "trainer.patience=1000", "trainer.stop_loss=1e-12", "--no-analysis"],
-                       cli_env, "sweep")
-
-    def training(_) -> bool:
-        curves = list((results / "smoke" / "runs").glob("*/curve.csv"))
-        return bool(curves) and len(curves[0].read_text().splitlines()) > 3
-    assert sweep.wait_for(training, timeout=300, poll=0.1), sweep.stdout + sweep.stderr
-    [task] = [pid for pid in _submitit_tasks() if pid in interrupt.descendants(sweep.proc.pid)]
+    sweep, task = _submitit_job_training(results, cli_env, background,
+                                         "+hydra.launcher.max_num_timeout=3")
     os.kill(task, signal.SIGUSR2)
     assert sweep.wait(timeout=400) == 0, sweep.stdout + sweep.stderr
     log = "".join(p.read_text()
@@ -301,16 +308,7 @@ def test_a_killed_submitit_job_ends_the_sweep_in_one_line_and_is_recorded(tmp_pa
     traceback with no sweep.json record: now one line, exit 1, the failure recorded, and a rerun
     continues the run. (~40 s.)"""
     results = tmp_path / "results"
-    args = ["smoke", f"results_dir={results}", "launcher=submitit_local", "grids=[0]",
-            "feature_map=elu", "n_keys=6", "trainer.max_steps=20000", "trainer.patience=1000",
-            "trainer.stop_loss=1e-12", "--no-analysis"]
-    sweep = background([PYTHON, "-m", "kernelzoo.sweep", *args], cli_env, "sweep")
-
-    def training(_) -> bool:
-        curves = list((results / "smoke" / "runs").glob("*/curve.csv"))
-        return bool(curves) and len(curves[0].read_text().splitlines()) > 3
-    assert sweep.wait_for(training, timeout=300, poll=0.1), sweep.stdout + sweep.stderr
-    [task] = [pid for pid in _submitit_tasks() if pid in interrupt.descendants(sweep.proc.pid)]
+    sweep, task = _submitit_job_training(results, cli_env, background)
     os.kill(task, signal.SIGKILL)
     assert sweep.wait(timeout=120) == 1, sweep.stdout + sweep.stderr
     lines = [line for line in sweep.stderr.splitlines() if line.strip()]
