@@ -96,8 +96,10 @@ def test_smoke_sweep_end_to_end(smoke_results):
 
 def test_rerun_trains_nothing(smoke_results, tmp_path):
     """The same command again on the finished store (a copy: the session's store is shared
-    by the test workers and stays as the sweep left it): every point is known finished,
-    nothing trains, and the sweep appends one invocation to the store's sweep.json."""
+    by the test workers and stays as the sweep left it): every point is known finished from
+    the index, though the copy lies elsewhere (its key was results_dir's too: a moved, copied
+    or merged store said "0 already done"), nothing trains, and the sweep appends one
+    invocation to the store's sweep.json."""
     results = copy_results(smoke_results.results, tmp_path / "results")
     assert smoke_results.result.returncode == 0, smoke_results.result.explain()
     before = snapshot(runs_dir(results, "smoke"))
@@ -107,6 +109,7 @@ def test_rerun_trains_nothing(smoke_results, tmp_path):
     assert not DONE.search(res.stdout) and not INFEASIBLE.search(res.stdout), res.stdout
     assert set(SKIP.findall(res.stdout)) <= set(run_ids(results, "smoke")), res.stdout
     assert nonzero(outcomes(res.stdout)) == {"skipped": SMOKE_POINTS}, res.stdout
+    assert f"sweep smoke: {SMOKE_POINTS} points, {SMOKE_POINTS} already done" in res.stdout
     assert res.seconds < 60, f"the rerun of a finished sweep took {res.seconds:.0f} s"
     assert snapshot(runs_dir(results, "smoke")) == before
     last = json_file(results / "smoke" / "sweep.json")["invocations"][-1]

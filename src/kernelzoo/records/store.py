@@ -55,26 +55,39 @@ def run_id(identity: dict, params_in_name: dict) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-@functools.lru_cache(maxsize=1)
-def _conf_digest() -> str:
-    """Digest of every config file (conf/, experiments/) and the version: a change invalidates
-    the point index below."""
+@functools.lru_cache(maxsize=None)
+def _conf_digest(experiment_file: str | None = None) -> str:
+    """Digest of the config groups' files (conf/, the experiments aside), the packaged
+    experiment a point names (``experiment_file``, its YAML's name) and the version: a change
+    to any of them invalidates the point index below; another experiment's file does not."""
     from kernelzoo import __version__
 
-    root = CONF.parent
     h = hashlib.sha1(__version__.encode())
-    for base in (CONF, EXPERIMENTS):
-        for f in sorted(base.rglob("*.yaml")):
-            if base is CONF and EXPERIMENTS in f.parents:
-                continue  # counted below, under its own name
-            name = f.relative_to(EXPERIMENTS.parent if base is EXPERIMENTS else root)
-            h.update(str(name).encode())
-            h.update(read_bytes(f))
+    files = [f for f in sorted(CONF.rglob("*.yaml")) if EXPERIMENTS.name not in
+             f.relative_to(CONF).parts]
+    if experiment_file and (EXPERIMENTS / experiment_file).is_file():
+        files.append(EXPERIMENTS / experiment_file)
+    for f in files:
+        h.update(str(f.relative_to(CONF.parent if f.is_relative_to(CONF) else
+                                   EXPERIMENTS.parent)).encode())
+        h.update(read_bytes(f))
     return h.hexdigest()
 
 
+# where and how a point runs, not what it is (training.plan's NOT_IN_IDENTITY among them):
+# left out of its index key, so a store moved, copied or merged, or a sweep run with another
+# launcher, knows what is done
+PLACE = ("results_dir", "hydra.", "launcher", "logger", "dry_run", "force", "resume",
+         "trainer.threads", "trainer.progress", "trainer.device", "trainer.pack",
+         "trainer.compile", "trainer.checkpoint_minutes", "trainer.flush_denormal")
+
+
 def _point_file(results_dir, experiment: str, overrides: list[str]) -> Path:
-    key = hashlib.sha1(json.dumps([_conf_digest(), sorted(overrides)]).encode()).hexdigest()
+    keys = {o: o.lstrip("+~").partition("=")[0] for o in overrides}
+    what = sorted(o for o, k in keys.items() if not k.startswith(PLACE))
+    named = next((o.partition("=")[2] + ".yaml" for o, k in keys.items() if k == "experiments"),
+                 None)
+    key = hashlib.sha1(json.dumps([_conf_digest(named), what]).encode()).hexdigest()
     return experiment_dir(results_dir, experiment) / "index" / key[:16]
 
 
