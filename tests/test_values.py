@@ -133,3 +133,31 @@ def test_views_agree_says_why_where_rho_is_undefined(monkeypatch):
         ("accuracy", "keys_retrieved", True, 3)]
     assert rho_words(None) == "undefined (one view's ratios are all equal)"
     assert rho_words(found[1][2]) == "1.00"
+
+
+def test_an_analysis_that_fails_on_the_way_marks_its_outputs_as_mixed(tmp_path, monkeypatch):
+    """A full disk while the figures were drawn left new tables beside the old report, with
+    nothing marking the set as mixed; ANALYSIS_INCOMPLETE.txt says so until an analysis
+    finishes."""
+    import errno
+
+    from synthetic import write_run
+
+    from kernelzoo.analysis import pipeline
+    from kernelzoo.report import outputs
+
+    exp = tmp_path / "s"
+    for n in (20, 40, 60):
+        write_run(exp, n_keys=n, loss=0.001 if n < 60 else 0.5)
+    a = pipeline.analyse(exp, "s", 0.01, 0.99)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(exp / "curves.png"))
+    monkeypatch.setattr(outputs, "all_figures", full)
+    with pytest.raises(OSError):
+        outputs.write(a)
+    assert (exp / "capacity.csv").exists() and not (exp / "report.md").exists()
+    assert "may be newer than report.md" in (exp / outputs.INCOMPLETE).read_text()
+    monkeypatch.undo()
+    outputs.write(a)
+    assert (exp / "report.md").exists() and not (exp / outputs.INCOMPLETE).exists()

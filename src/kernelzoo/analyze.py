@@ -78,7 +78,9 @@ def _hydra_main(cfg: DictConfig) -> None:
     try:
         analyze(cfg)
     except OSError as err:  # a full disk: the outputs written so far are whole, the rest old
-        print(f"kernelzoo-analyze: error: {one_line(err)}", file=sys.stderr)
+        print(f"kernelzoo-analyze: error: {one_line(err)}; the outputs written before it are "
+              f"newer than report.md ({outputs.INCOMPLETE} says so): run it again once that is "
+              "mended", file=sys.stderr)
         sys.exit(1)
 
 

@@ -7,6 +7,7 @@ runs), the figures (PNG and SVG) and report.md."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -43,10 +44,22 @@ def write_tables(a: Analysis) -> None:
         _csv(a.exp_dir / "stalls.csv", a.runs.loc[a.runs["stalled"], STALL_COLUMNS])
 
 
+INCOMPLETE = "ANALYSIS_INCOMPLETE.txt"  # beside outputs an analysis began and did not finish
+
+
 def write(a: Analysis) -> tuple[Path, list[Path]]:
-    """Every output of ``a``: (report.md's path, the figures' PNG paths)."""
+    """Every output of ``a``: (report.md's path, the figures' PNG paths). ``INCOMPLETE`` is
+    written first and removed once report.md is: an analysis that fails on the way (a full
+    disk) leaves it beside the tables and figures it did write, which are then newer than the
+    report, so the set says it is mixed."""
+    marker = a.exp_dir / INCOMPLETE
+    atomic_write_text(marker, f"an analysis begun at {time.strftime('%Y-%m-%d %H:%M:%S')} did "
+                      "not finish: the tables and figures here may be newer than report.md; "
+                      "`make plots` (python -m kernelzoo.analyze) writes them all again\n")
     write_tables(a)
     figures, omitted = all_figures(a.runs, a.seeds, a.capacity, a.published, a.curves,
                                    list(a.families), a.exp_dir, a.threshold,
                                    a.accuracy_threshold, a.search)
-    return write_report(a, figures, omitted), figures
+    report = write_report(a, figures, omitted)
+    marker.unlink()
+    return report, figures
