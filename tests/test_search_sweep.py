@@ -137,21 +137,42 @@ def test_a_loss_only_search_in_the_store_is_continued_from_its_probes(tmp_path, 
 
 def test_two_searches_on_one_store_keep_each_others_located_verdicts():
     """Two searches on one store: the one whose probe the other trained ended that series
-    "lost", and as the last writer replaced the other's located verdicts with it."""
-    from hydra_plugins.kernelzoo_sweeper.search_rounds import located, merged
+    "lost", and as the last writer replaced the other's located verdicts with it. Search
+    records merge view by view: a view located wins over one not located ("lost", "dry_run",
+    "not_searched": a loss-only rerun erased the other views' verdicts), this sweep's located
+    verdict over a stored one, and only the analysis' views are kept (a record with invented
+    views outlived every rerun)."""
+    from hydra_plugins.kernelzoo_sweeper.search_rounds import is_located, merged
 
     probes = [{"n_keys": 64, "run_id": "r64", "fails": False}]
     found = {"outcome": "fails_at", "value": 112, "low": 96, "high": 128}
-    theirs = {"probes": probes, "verdicts": {"loss": found, "accuracy": found,
-                                             "keys_retrieved": {"outcome": "dry_run"}}}
     lost = {"outcome": "lost", "reason": "the probe at n_keys=96 left no summary"}
-    ours = {"probes": probes, "verdicts": {"loss": lost, "accuracy": lost, "keys_retrieved": lost}}
-    assert (located(theirs), located(ours), located(None)) == (2, 0, 0)
+    theirs = {"probes": probes, "verdict": found, "verdicts": {
+        "loss": found, "accuracy": found, "keys_retrieved": {"outcome": "dry_run"}}}
+    ours = {"probes": probes, "verdict": lost,
+            "verdicts": {"loss": lost, "accuracy": lost, "keys_retrieved": lost}}
+    assert [is_located(v) for v in (found, lost, {"outcome": "not_searched"}, None)] == \
+        [True, False, False, False]
     stored = {"elu-1": theirs, "other": {"probes": []}}
     assert merged(stored, {"elu-1": ours, "dpfp-1": ours}) == {
-        "elu-1": theirs, "other": {"probes": []}, "dpfp-1": ours}
+        "elu-1": {**ours, "verdict": found,
+                  "verdicts": {"loss": found, "accuracy": found, "keys_retrieved": lost}},
+        "other": {"probes": []}, "dpfp-1": ours}
     better = {**theirs, "verdicts": {**theirs["verdicts"], "keys_retrieved": found}}
     assert merged(stored, {"elu-1": better})["elu-1"] == better
+    # a loss-only rerun: its other views are not_searched, the stored located ones stay
+    again = {"outcome": "fails_at", "value": 108, "low": 96, "high": 120}
+    loss_only = {"probes": probes, "verdict": again, "verdicts": {
+        "loss": again, "accuracy": {"outcome": "not_searched"},
+        "keys_retrieved": {"outcome": "not_searched"}}}
+    assert merged(stored, {"elu-1": loss_only})["elu-1"]["verdicts"] == {
+        "loss": again, "accuracy": found, "keys_retrieved": {"outcome": "not_searched"}}
+    # a falsified record: invented views are dropped, a located view is this sweep's
+    forged = {"probes": probes, "verdict": {"outcome": "fails_at", "value": 999},
+              "verdicts": {"loss": {"outcome": "fails_at", "value": 999},
+                           **{f"view{i}": found for i in range(9)}}}
+    assert merged({"elu-1": forged}, {"elu-1": loss_only})["elu-1"]["verdicts"] == \
+        loss_only["verdicts"]
 
 
 @pytest.mark.slow

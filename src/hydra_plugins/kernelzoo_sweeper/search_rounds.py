@@ -305,17 +305,29 @@ class SearchRounds:
 STOPPED = ("lost", "dry_run", "unfinished")  # a series stopped before a view was located
 
 
-def located(record) -> int:
-    """How many views a series record has located (a verdict whose outcome is not one of
-    STOPPED: fails_at, never_fails, peaks, infeasible ...)."""
-    verdicts = record.get("verdicts") if isinstance(record, dict) else None
-    return sum(isinstance(v, dict) and v.get("outcome") not in (None, *STOPPED)
-               for v in verdicts.values()) if isinstance(verdicts, dict) else 0
+def is_located(verdict) -> bool:
+    """A view's verdict that locates it (fails_at, never_fails, peaks, infeasible ...): not
+    one of STOPPED, not "not_searched" (the view was not asked for), not absent."""
+    return isinstance(verdict, dict) and verdict.get("outcome") not in (
+        None, NOT_SEARCHED["outcome"], *STOPPED)
 
 
 def merged(stored: dict, ours: dict) -> dict:
-    """The search record ``stored`` with this sweep's series ``ours`` written in, but where
-    another sweep on the store located more views of a series than this one did (this one's
-    probe was trained there, so it ended "lost" here): that series is kept as stored."""
-    return {**stored, **{key: record for key, record in ours.items()
-                         if located(stored.get(key)) <= located(record)}}
+    """The search record ``stored`` with this sweep's series ``ours`` written in, view by view
+    (the analysis' views only): this sweep's located verdicts, and for a view it did not locate
+    (not asked for: a loss-only rerun; or "lost": its probe trained by another sweep) the one
+    ``stored`` located. So a rerun never erases a located view, and what ``stored`` says of a
+    view this sweep locates (or of no view at all) does not survive it."""
+    from ._search import VIEWS
+
+    out = dict(stored)
+    for key, record in ours.items():
+        old = stored.get(key) if isinstance(stored.get(key), dict) else {}
+        before = old.get("verdicts") if isinstance(old.get("verdicts"), dict) else {}
+        mine = record["verdicts"]
+        verdicts = {v: mine.get(v) if is_located(mine.get(v)) or not is_located(before.get(v))
+                    else before[v] for v in VIEWS}
+        verdict = record["verdict"] if is_located(record["verdict"]) or not is_located(
+            old.get("verdict")) else old["verdict"]
+        out[key] = {**record, "verdicts": verdicts, "verdict": verdict}
+    return out
