@@ -282,3 +282,43 @@ def test_a_link_planted_as_a_records_lock_is_not_written_through(stores, tmp_pat
     assert len(merge(pending, ref).copied) == 3
     assert victim.read_text() == "years of work\n"
     assert not any((ref / n).is_symlink() for n in ("sweep.json.lock", "search.json.lock"))
+
+
+def test_a_run_resumed_alike_is_the_same_run(stores):
+    """A byte-identical run resumed 3 times from its checkpoints in one store: its summary
+    differs in wall_seconds and resumes alone, and merge called it "different results"."""
+    ref, pending = stores
+    run = next((pending / "runs").glob("dpfp*S64*"))
+    twin = ref / "runs" / run.name
+    shutil.copytree(run, twin)
+    summary = json.loads((twin / "summary.json").read_text())
+    (twin / "summary.json").write_text(json.dumps({**summary, "wall_seconds": 9.5,
+                                                   "resumes": 3}))
+    assert merge(pending, ref).present == [run.name]
+
+
+@pytest.mark.parametrize("probe, needle", [
+    ("64", 'search series dpfp-1: "64" is no probe'),
+    ({"n_keys": "64", "run_id": "r64"}, "search series dpfp-1: {\"n_keys\": \"64\""),
+])
+def test_a_probe_that_is_no_probe_record_is_refused(stores, probe, needle):
+    ref, pending = stores
+    records(pending, {"dpfp-1": {**series([64]), "probes": [probe]}}, [])
+    before = contents(ref)
+    with pytest.raises(StoreError, match=needle.replace("{", "\\{")):
+        merge(pending, ref)
+    assert contents(ref) == before
+
+
+def test_a_common_probe_recorded_differently_is_a_conflict(stores):
+    """The same probe (n_keys and run) recorded failing in one store and passing in the other
+    was merged silently, the pending store's field winning."""
+    ref, pending = stores
+    spoiled = series([32, 64, 96])
+    spoiled["probes"][1]["fails"] = True  # the reference records 64 keys passing
+    records(pending, {"elu-1": spoiled}, [])
+    before = contents(ref)
+    with pytest.raises(StoreError, match="search series elu-1: the probe at n_keys=64 is "
+                                         "recorded differently \\(fails False and True\\)"):
+        merge(pending, ref)
+    assert contents(ref) == before

@@ -59,23 +59,44 @@ def _runs(exp_dir: Path) -> dict[str, Path]:
             if not p.name.startswith(".")} if runs.is_dir() else {}
 
 
+HOW = ("wall_seconds", "resumes")  # how a run was trained, not what it gave
+
+
 def _same_run(ours: Path, theirs: Path) -> bool:
     """True when two run directories hold the same result: the same summary, or the same
-    summary but its wall_seconds and a byte-identical curve (a run trained alike in both)."""
+    summary but how it was trained (``HOW``: its wall time, how often it was resumed from a
+    checkpoint) and a byte-identical curve (a run trained alike in both)."""
     a, b = store.read_summary(ours), store.read_summary(theirs)
     if a == b:
         return True
-    a.pop("wall_seconds"), b.pop("wall_seconds")
+    for summary in (a, b):
+        for key in HOW:
+            summary.pop(key, None)
     try:
         return a == b and read_bytes(ours / "curve.csv") == read_bytes(theirs / "curve.csv")
     except FileNotFoundError:
         return False
 
 
-def _probe(p: dict) -> tuple:
+def _probe(p, key: str) -> tuple:
     """What a probe is: its n_keys and its run. The rest is what a sweeper recorded of it, and an
-    older sweeper recorded less (no accuracy_fails, keys_retrieved)."""
-    return p.get("n_keys"), p.get("run_id")
+    older sweeper recorded less (no accuracy_fails, keys_retrieved). StoreError for anything
+    that is no probe record (a string, an n_keys that is no integer >= 1)."""
+    n = p.get("n_keys") if isinstance(p, dict) else None
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+        raise StoreError(f"search series {key}: {json.dumps(p)[:60]} is no probe; valid: a "
+                         "record with an integer n_keys, as the sweeper writes it")
+    return n, p.get("run_id")
+
+
+def _joined(old: dict, new: dict, key: str) -> dict:
+    """One probe recorded in both stores: the fields of both, where they agree."""
+    clash = [f for f in old.keys() & new.keys() if old[f] != new[f]]
+    if clash:
+        raise StoreError(f"search series {key}: the probe at n_keys={old['n_keys']} is recorded "
+                         f"differently ({', '.join(f'{f} {old[f]!r} and {new[f]!r}' for f in clash)}"
+                         "); valid: stores whose common probes agree")
+    return {**old, **new}
 
 
 def _series(source: dict, target: dict) -> tuple[dict, int]:
@@ -84,6 +105,12 @@ def _series(source: dict, target: dict) -> tuple[dict, int]:
     of both records."""
     merged, changed = dict(target), 0
     for key, theirs in source.items():
+        probes = theirs.get("probes") if isinstance(theirs, dict) else None
+        if not isinstance(probes, list):
+            raise StoreError(f"search series {key}: no list of probes; valid: search.json as "
+                             "the sweeper writes it")
+        for p in probes:
+            _probe(p, key)
         ours = target.get(key)
         if ours is None or ours == theirs:
             changed += ours is None
@@ -91,10 +118,11 @@ def _series(source: dict, target: dict) -> tuple[dict, int]:
             continue
         a, b = ours["probes"], theirs["probes"]
         shorter, longer = (a, b) if len(a) <= len(b) else (b, a)
-        if [_probe(p) for p in longer[:len(shorter)]] != [_probe(p) for p in shorter]:
+        if [_probe(p, key) for p in longer[:len(shorter)]] != [_probe(p, key) for p in shorter]:
             raise StoreError(f"search series {key}: the two stores probed it differently; "
                              "valid: stores whose common series share their first probes")
-        probes = [{**old, **new} for old, new in zip(shorter, longer)] + longer[len(shorter):]
+        probes = [_joined(old, new, key) for old, new in zip(shorter, longer)] \
+            + longer[len(shorter):]
         merged[key] = {**(theirs if longer is b else ours), "probes": probes}
         changed += merged[key] != ours
     return merged, changed
