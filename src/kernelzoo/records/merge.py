@@ -93,9 +93,9 @@ def _joined(old: dict, new: dict, key: str) -> dict:
     """One probe recorded in both stores: the fields of both, where they agree."""
     clash = [f for f in old.keys() & new.keys() if old[f] != new[f]]
     if clash:
+        said = ", ".join(f"{f} {old[f]!r} and {new[f]!r}" for f in clash)
         raise StoreError(f"search series {key}: the probe at n_keys={old['n_keys']} is recorded "
-                         f"differently ({', '.join(f'{f} {old[f]!r} and {new[f]!r}' for f in clash)}"
-                         "); valid: stores whose common probes agree")
+                         f"differently ({said}); valid: stores whose common probes agree")
     return {**old, **new}
 
 
