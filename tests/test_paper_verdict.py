@@ -135,3 +135,13 @@ def test_the_report_verdict_quotes_each_comparison_without_nesting_parentheses()
     for char in line:
         depth += {"(": 1, ")": -1}.get(char, 0)
         assert depth <= 1, line
+
+
+def test_seeds_that_do_not_spread_cannot_predict_a_new_seed():
+    """Three seeds failing at one value (a grid's ties) gave a zero-width 95% interval, so any
+    published value but that one "differed"; with no spread there is no interval to hold a new
+    seed, and the verdict says so."""
+    assert verdict(62.0, "fails_at", seeds([60.0] * 3)) == (
+        "cannot tell (ranks 4 of 4; its 3 seeds fail at one value, 60: no spread to predict a "
+        "new seed from)")
+    assert verdict(60.0, "fails_at", seeds([60.0] * 3)).startswith("cannot tell (ranks 2.5 of 4;")

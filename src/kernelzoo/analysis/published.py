@@ -169,7 +169,8 @@ def verdict(published_value: float, published_outcome, seeds: pd.DataFrame,
     whose value is a bound enter as the intervals they allow, while more than half the seeds
     and at least two are points; with fewer, or a published bound, "same bound" when the seeds
     all end in the published bound and "other outcome" otherwise; "one seed" with fewer than
-    two."""
+    two; "cannot tell" where the seeds fail at one value (no spread: no interval to predict a
+    new seed from)."""
     if published_outcome is None or (isinstance(published_outcome, float)
                                      and math.isnan(published_outcome)):
         return None
@@ -183,13 +184,16 @@ def verdict(published_value: float, published_outcome, seeds: pd.DataFrame,
             bool((seeds["value"] == published_value).all())
         return "same bound" if same else "other outcome"
     lo, hi = censored.seed_intervals(seeds["outcome"], seeds["value"])
-    low, high = prediction_interval(lo, hi)
-    first, last = (published_value, published_value) if any(map(math.isnan, bracket)) \
-        else bracket
     below = (hi < published_value).sum()
     tied = ((lo == hi) & (lo == published_value)).sum() + \
         ((lo != hi) & (lo <= published_value) & (hi >= published_value)).sum()
     rank = 1 + below + 0.5 * tied
+    if (lo == hi).all() and np.ptp(lo) == 0:  # no spread: a zero-width interval says nothing
+        return (f"cannot tell (ranks {rank:g} of {len(lo) + 1}; its {len(lo)} seeds fail at one "
+                f"value, {lo[0]:.3g}: no spread to predict a new seed from)")
+    low, high = prediction_interval(lo, hi)
+    first, last = (published_value, published_value) if any(map(math.isnan, bracket)) \
+        else bracket
     word = "consistent" if first <= high and last >= low else "differs"
     return (f"{word} (ranks {rank:g} of {len(lo) + 1}; one new seed: {low:.3g} to "
             f"{high:.3g}, {LEVEL_WORDS})")
