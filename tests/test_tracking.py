@@ -242,3 +242,28 @@ def test_a_sweep_whose_wandb_service_is_killed_finishes_every_run(tmp_path, cli_
     assert len(summaries) == 2 and all(s["steps"] == 20000 for s in summaries.values())
     assert job.stderr.count("warning: wandb failed to") == 1, job.stderr
     assert "Traceback" not in job.stdout + job.stderr, job.stderr
+
+
+@pytest.mark.slow  # a tmpfs mount (root) and two short runs: ~10 s
+def test_a_full_wandb_directory_costs_one_warning_and_no_run(tmp_path, cli_env):
+    """``<results_dir>/wandb`` full (an 8 KiB tmpfs): a trained run was left without its
+    summary, with 5,678 lines of logging tracebacks. Now one warning, every summary written."""
+    import subprocess
+
+    results = tmp_path / "results"
+    (results / "wandb").mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs",
+                              str(results / "wandb")], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        res = sweep("smoke", smoke_args(results, "logger=wandb", "trainer.max_steps=2000",
+                                        "hydra.sweeper.grids=[{feature_map: elu, n_keys: '6,5'}]"),
+                    cli_env)
+    finally:
+        subprocess.run(["umount", str(results / "wandb")], check=False)
+    assert res.returncode == 0, res.explain()
+    assert len(read_all(results, "smoke")) == 2
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: wandb")]
+    assert len(warnings) <= 1 and "Traceback" not in res.output, res.explain()
+    assert len(res.output.splitlines()) < 20, res.explain()
