@@ -90,7 +90,31 @@ def resolve_params(name, d_key, d_dot, **params):
     params = {k: v for k, v in params.items() if v is not None}
     cls = _lookup(name, params)
     require(is_count(d_key), f"{name}: d_key must be an integer >= 1, got {d_key!r}")
-    return cls.params_for_d_dot(d_dot, d_key, **params)
+    try:
+        return cls.params_for_d_dot(d_dot, d_key, **params)
+    except InfeasibleError:
+        fixed = getattr(cls, "sizing_param", None)
+        if fixed not in params:  # no d_key reaches this d_dot: an infeasible point, recorded
+            raise
+        fits = next((k for k in range(1, D_KEY_SOLVED + 1) if _reaches(cls, d_dot, k, params)),
+                    None)
+        if fits is None:
+            raise
+        raise ConfigError(f"{name}: {fixed}={params[fixed]} cannot reach d_dot={d_dot} with "
+                          f"d_key={d_key}; valid: d_key={fits}, or leave feature_map.{fixed} "
+                          "unset (d_dot then sets it)") from None
+
+
+D_KEY_SOLVED = 4096  # the largest d_key tried when a fixed sizing parameter misses a d_dot
+
+
+def _reaches(cls, d_dot, d_key, params) -> bool:
+    """True when ``cls`` with ``params`` has d_dot ``d_dot`` at ``d_key``."""
+    try:
+        cls.params_for_d_dot(d_dot, d_key, **params)
+    except (InfeasibleError, ConfigError):
+        return False
+    return True
 
 
 def build_feature_map(name, *, d_key, d_dot=None, **params):
