@@ -43,3 +43,23 @@ def test_the_command_says_one_line_or_exits_1(tmp_path, capsys):
     main(["check", str(exp), "experiment=smoke"])
     assert capsys.readouterr().out == (f"the analysis of {exp} is up to date: no run changed "
                                        "since (make plots re-analyses)\n")
+
+
+def test_make_plots_marks_the_analysis_so_the_next_sweep_does_not_repeat_it(tmp_path, cli_env,
+                                                                           capsys):
+    """``make plots`` (python -m kernelzoo.analyze) did not mark the analysed stamp, so the next
+    ``make sweep`` analysed again (and logged a second wandb analysis run). The analysis marks
+    itself, with its arguments as the sweep checks them."""
+    from conftest import PYTHON, run_cmd
+    from synthetic import write_series
+
+    from kernelzoo.sweep import Ran, analyse
+
+    results = tmp_path / "results"
+    write_series(results / "mine", {16: 1e-4, 32: 1e-4, 64: 0.3})
+    res = run_cmd([PYTHON, "-m", "kernelzoo.analyze", "experiment=mine",
+                   f"results_dir={results}", "logger=none"], cli_env)
+    assert res.returncode == 0, res.explain()
+    capsys.readouterr()
+    assert analyse(Ran("mine", str(results), False, ["logger=none"])) == 0
+    assert capsys.readouterr().out.startswith(f"the analysis of {results / 'mine'} is up to date")

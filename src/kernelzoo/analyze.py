@@ -17,12 +17,14 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import config
 from kernelzoo.analysis.pipeline import analyse
 from kernelzoo.config.hydra_internals import args_parser
 from kernelzoo.training import interrupt
+from kernelzoo.records import analysed
 from kernelzoo.records.files import one_line
 from kernelzoo.records.store import experiment_dir
 from kernelzoo.report import dashboard, outputs
@@ -44,6 +46,9 @@ def analyze(cfg: DictConfig) -> None:
               f"summary, {len(a.damaged)} damaged", file=sys.stderr)
         return
     report, figures = outputs.write(a)
+    extra = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    analysed.mark(exp_dir, analysed.arguments(cfg.experiment, str(cfg.results_dir),
+                                              cfg.logger.get("name"), extra))
     print(f"analysed {plural(len(a.runs), 'run')} of {cfg.experiment} -> {report}")
     if cfg.logger.get("name") != "none":
         dashboard.log_dashboard(cfg, dashboard.dashboard_tables(a.runs, a.capacity,

@@ -188,18 +188,17 @@ def composed(overrides: list[str]) -> Ran:
 
 def analyse(ran: Ran) -> int:
     """``python -m kernelzoo.analyze`` on the experiment that ran, unless no run changed since
-    its last analysis with these arguments (``records.analysed``: a rerun that trained nothing
-    costs nothing); its exit code."""
+    its last analysis with these arguments, the sweep's or ``make plots``' (``records.analysed``,
+    which the analysis marks: a rerun that trained nothing costs nothing); its exit code."""
     arguments = [f"experiment={ran.experiment}", f"results_dir={ran.results_dir}", *ran.logger]
     exp_dir = Path(ran.results_dir) / ran.experiment
-    if analysed.up_to_date(exp_dir, arguments):
+    stamp = analysed.arguments(ran.experiment, ran.results_dir,
+                               ran.logger[0].partition("=")[2], ran.logger[1:])
+    if analysed.up_to_date(exp_dir, stamp):
         print(f"the analysis of {exp_dir} is up to date: no run changed since (make plots "
               "re-analyses)")
         return 0
-    code = subprocess.call([sys.executable, "-m", "kernelzoo.analyze", *arguments])
-    if code == 0:
-        analysed.mark(exp_dir, arguments)
-    return code
+    return subprocess.call([sys.executable, "-m", "kernelzoo.analyze", *arguments])
 
 
 def main(argv: list[str] | None = None) -> None:

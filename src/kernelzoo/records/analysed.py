@@ -10,7 +10,8 @@ and the analysis' arguments, hashed, to ``index/analysed`` (scratch, as the poin
 ``check`` exits 0 with one line when the state is the one marked, 1 otherwise (a run finished,
 was added or removed, the search went on, the report is gone, other arguments). The sweep record
 ``sweep.json``, which every sweep appends to, is no part of it: a rerun that trained nothing
-leaves the analysis as it was. ``make plots`` analyses whenever asked. It loads no library
+leaves the analysis as it was. ``make plots`` analyses whenever asked, and marks it too (the
+analysis marks itself, ``kernelzoo.analyze``). It loads no library
 beyond Python's own: the check costs a Python start.
 """
 
@@ -34,6 +35,15 @@ def _stat(path: Path) -> str:
     except OSError:
         return "-"
     return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def arguments(experiment: str, results_dir: str, logger: str, extra=()) -> list[str]:
+    """An analysis' arguments as its stamp records them, whoever ran it (a sweep's analysis,
+    ``make plots``): its experiment, store and logger, and its other overrides (a threshold,
+    ``logger.project``), sorted."""
+    own = ("experiment", "results_dir", "logger")
+    return sorted({f"experiment={experiment}", f"results_dir={results_dir}", f"logger={logger}",
+                   *(a for a in extra if a.lstrip("+~").partition("=")[0] not in own)})
 
 
 def state(exp_dir: Path, arguments: list[str]) -> str:
