@@ -317,3 +317,28 @@ def test_a_killed_submitit_job_ends_the_sweep_in_one_line_and_is_recorded(tmp_pa
     assert "Traceback" not in sweep.stdout + sweep.stderr
     last = json_file(results / "smoke" / "sweep.json")["invocations"][-1]
     assert last["failed"] == lines[0].removeprefix("error: ")
+
+
+def test_a_pack_indexes_each_run_as_it_stops(tmp_path, monkeypatch):
+    """Ctrl-C while a pack trains: the runs of the pack that had stopped are indexed, so the
+    sweep's closing line, sweep.json and the rerun's header count them (they said "nothing
+    finished" with 9 of 16 runs done: a pack was indexed only when all of it had stopped)."""
+    from conftest import TINY
+
+    from kernelzoo import config
+    from kernelzoo.training import job
+
+    cfg = config.compose("config", [*TINY, f"results_dir={tmp_path}", "experiment=p",
+                                    "pack_members=[[6,1]]"])
+    point = ["feature_map=elu", "n_keys=3", "seed=1"]
+    real = job.train_claimed
+
+    def first_then_stop(todo, echo):
+        yield next(real(todo, echo))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(job, "train_claimed", first_then_stop)
+    with pytest.raises(KeyboardInterrupt), config.as_job(cfg) as one:
+        job.run(one, point=point)
+    found = {n: store.point_summary(tmp_path, "p", [point[0], f"n_keys={n}", "seed=1"])
+             for n in (3, 6)}
+    assert found[3] is not None and found[3]["n_keys"] == 3 and found[6] is None

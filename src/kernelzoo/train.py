@@ -100,8 +100,10 @@ def _app(cfg: DictConfig) -> list[str | None]:
         interrupt.die_with_sweep()
         interrupt.survive_closed_output()  # a worker's output goes to the sweep's reader too
         interrupt.checkpoint_on_warning()  # a submitit job: checkpoint, then be requeued
+    point = [o for o in config.task_overrides() if not o.startswith("pack_members=")] \
+        if in_sweep and not cfg.dry_run else None
     try:
-        outcomes = job.run(cfg)
+        outcomes = job.run(cfg, point=point)
     except (UsageError, OSError) as err:  # e.g. a damaged summary, a full disk
         print(f"{'failed' if in_sweep else 'error'}: {files.one_line(err)}", file=sys.stderr)
         if in_sweep:  # the other points still run
@@ -115,9 +117,8 @@ def _app(cfg: DictConfig) -> list[str | None]:
         print(f"failed: {type(err).__name__}: {err} (traceback in "
               f"{HydraConfig.get().runtime.output_dir})", file=sys.stderr)
         return ["failed"] * len(job.members(cfg))
-    if in_sweep and not cfg.dry_run:
-        point = [o for o in config.task_overrides() if not o.startswith("pack_members=")]
-        job.index(cfg, outcomes, point, HydraConfig.get().sweep.dir)
+    if point is not None:
+        job.count_progress(cfg, HydraConfig.get().sweep.dir)
     return [summary["status"] if summary else None for _, summary in outcomes]
 
 

@@ -48,13 +48,21 @@ def members(cfg: DictConfig) -> list[DictConfig]:
     return out
 
 
-def run(cfg: DictConfig, echo=print) -> list[tuple[str, dict | None]]:
+def run(cfg: DictConfig, echo=print, point: list[str] | None = None
+        ) -> list[tuple[str, dict | None]]:
     """Plan, skip or claim, train (together, as one pack), store the job's runs: (run_id,
-    summary or None when skipped) for each, each summary written the moment its run stops. In
-    a pack, a member that cannot be claimed (a damaged summary, a full disk) is (None,
-    {"status": "failed"}) and the others go on; a run alone raises."""
+    summary or None when skipped) for each, each summary written the moment its run stops and,
+    in a sweep (``point``: the job's overrides), its point indexed then (``index_run``): a sweep
+    stopped while a pack trains knows the pack's runs that had stopped. In a pack, a member that
+    cannot be claimed (a damaged summary, a full disk) is (None, {"status": "failed"}) and the
+    others go on; a run alone raises."""
     outcomes: dict[int, tuple[str | None, dict | None]] = {}
     runs = members(cfg)
+
+    def stopped(i: int, outcome: tuple[str | None, dict | None]) -> None:
+        outcomes[i] = outcome
+        if point is not None and outcome[0] is not None:
+            index_run(cfg, runs[i], outcome[0], point)
     with contextlib.ExitStack() as claims:
         todo = []
         for i, c in enumerate(runs):
@@ -66,12 +74,12 @@ def run(cfg: DictConfig, echo=print) -> list[tuple[str, dict | None]]:
                 print(f"failed: {files.one_line(err)}", file=sys.stderr)
                 got = None, {"status": "failed"}
             if isinstance(got, tuple):
-                outcomes[i] = got
+                stopped(i, got)
             else:
                 todo.append((i, got))
         if todo:
             for m, summary in train_claimed([m for _, m in todo], echo):
-                outcomes[[i for i, t in todo if t is m][0]] = (m.rid, summary)
+                stopped([i for i, t in todo if t is m][0], (m.rid, summary))
     return [outcomes[i] for i in sorted(outcomes)]
 
 
@@ -176,6 +184,9 @@ def _finish(m: Member, fields: dict, echo) -> dict:
             + (f" [{summary['reason']}]" if summary["reason"] else ""))
     echo(line)
     LOG.info(line)
+    if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
+        echo(f"stored in {m.run.home} (summary.json, curve.csv; results_dir= and experiment= "
+             "choose another store)")  # a run alone: where it went, which no sweep line says
     return summary
 
 
@@ -220,16 +231,19 @@ def record_infeasible(cfg: DictConfig, p: Infeasible, echo):
     return rid, summary
 
 
-def index(cfg: DictConfig, outcomes: list, point: list[str], sweep_dir: str) -> None:
-    """In a sweep, remember the run each of the job's points resolved to (``store.index_point``)
-    and print the sweep's progress line once, its runs counted."""
+def index_run(cfg: DictConfig, member: DictConfig, rid: str, point: list[str]) -> None:
+    """In a sweep, remember the run a job's point (the pack ``member``'s) resolved to
+    (``store.index_point``)."""
+    try:
+        store.index_point(cfg.results_dir, cfg.experiment, member_point(point, member), rid)
+    except OSError as err:  # only a rerun's shortcut is lost: it composes the point again
+        print(f"warning: {files.one_line(err)}; the point is not indexed", file=sys.stderr)
+
+
+def count_progress(cfg: DictConfig, sweep_dir: str) -> None:
+    """At a job's end, print the sweep's progress line once, the job's runs counted."""
     line = None
-    for c, (rid, _) in zip(members(cfg), outcomes):
-        try:
-            if rid is not None:  # None: a pack member that failed, said above
-                store.index_point(cfg.results_dir, cfg.experiment, member_point(point, c), rid)
-        except OSError as err:  # only a rerun's shortcut is lost: it composes the point again
-            print(f"warning: {files.one_line(err)}; the point is not indexed", file=sys.stderr)
+    for c in members(cfg):
         line = progress.finished(sweep_dir, step_cost(c.n_keys)) or line
     if line:
         print(line)
