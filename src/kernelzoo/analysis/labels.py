@@ -59,7 +59,8 @@ def rho_words(rho: float | None) -> str:
 def bound(value, outcome, digits: int = 3) -> str:
     """A failure point (or its ratio to d_dot) with its outcome: bounds as inequalities, a
     plateau as "plateau 32", "–" where there is none; ``digits`` significant digits."""
-    if outcome is None or pd.isna(outcome) or outcome == "no_data":
+    if outcome is None or pd.isna(outcome) or outcome == "no_data" or value is None \
+            or pd.isna(value):
         return "–"
     sign = {"never_fails": ">= ", "fails_everywhere": "<= ", "plateau": "plateau "}.get(outcome, "")
     return sign + cell(value, digits)
