@@ -167,6 +167,25 @@ def ask(folder: Path | None, overrides: list[str]) -> list[str]:
     return overrides
 
 
+def one_point(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """``arguments`` with each swept override (``seed=1,2``, ``n_keys=range(4,10)``) at its first
+    value, and those values as "seed=1": ``--cfg`` shows one point's config, where Hydra answered
+    a swept axis with "add --multirun". An interval sweep has no first value: left as it is."""
+    parser, out, chosen = OverridesParser.create(), [], []
+    for a in arguments:
+        try:
+            [o] = parser.parse_overrides([a])
+            first = next(iter(o.sweep_string_iterator())) if o.is_sweep_override() else None
+        except Exception:  # noqa: BLE001 - not an override, or no first value: Hydra says
+            first = None
+        if first is None:
+            out.append(a)
+        else:
+            out.append(f"{o.get_key_element()}={first}")
+            chosen.append(out[-1])
+    return out, chosen
+
+
 @dataclass(frozen=True)
 class Ran:
     """What the sweep's config says of the experiment it writes: its name, its store, whether
@@ -237,6 +256,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     from kernelzoo import train
 
+    if shows:
+        hydra_args, chosen = one_point(hydra_args)
+        if chosen:
+            print(f"showing the point {' '.join(chosen)}, the first of each swept axis "
+                  "(dry_run=true lists every point)", file=sys.stderr)
     sys.argv = [sys.argv[0], *([] if shows else ["--multirun"]), *hydra_args]
     train.main()
     if ran is not None and not ran.dry_run:

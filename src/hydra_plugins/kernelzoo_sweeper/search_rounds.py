@@ -157,8 +157,10 @@ class SearchRounds:
         self.series = all_series = self._series(points)
         for series in all_series:
             self._plan(series)
-        print(f"sweep {self.config.experiment}: search=bisect over {len(all_series)} "
-              "configurations x seeds")
+        seeds = {o for s in all_series for o in s.overrides if override_key(o) == "seed"}
+        configs = {tuple(o for o in s.overrides if override_key(o) != "seed") for s in all_series}
+        print(f"sweep {self.config.experiment}: search=bisect over {len(all_series)} series "
+              f"({plural(len(configs), 'configuration')}, {plural(max(len(seeds), 1), 'seed')})")
         last = self._resume(all_series)
         returns = []
         for round_no in range(last + 1, last + self.conf.max_rounds + 1):
