@@ -197,3 +197,7 @@ def test_a_loss_only_search_trains_only_what_the_loss_view_asks_for(tmp_path, cl
         assert s["verdict"] == s["verdicts"]["loss"] and s["verdict"]["outcome"] != "not_searched"
     table = (results / "smoke" / "report.md").read_text()
     assert table.count("not searched") >= 4, table
+    # no figure of the views left out: they were empty panels
+    assert (results / "smoke" / "loss_panels.png").exists()
+    assert not list((results / "smoke").glob("accuracy_panels.*"))
+    assert not list((results / "smoke").glob("keys_retrieved_panels.*"))

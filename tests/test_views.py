@@ -199,3 +199,16 @@ def test_a_loss_view_above_the_accuracy_view_carries_the_loss_passing_wrong_keys
     flags = pipeline.analyse(tmp_path / "l", "l", TAU, 0.99).long["flags"].iloc[0]
     assert "views apart (accuracy < loss, accuracy < keys retrieved): loss passes wrong keys, " \
         "partial retrieval" in flags, flags
+
+
+def test_figures_draw_only_the_views_a_search_located():
+    """``search.views=[loss]`` drew empty panels for the views it left out."""
+    import pandas as pd
+
+    from kernelzoo.report.figures import searched
+
+    capacity = pd.DataFrame({"outcome": ["fails_at", "never_fails"],
+                             "outcome_acc": ["not_searched"] * 2,
+                             "outcome_keys": ["not_searched", "fails_at"]})
+    assert searched(capacity) == ("loss", "keys_retrieved")
+    assert searched(capacity.assign(outcome_keys="not_searched")) == ("loss",)

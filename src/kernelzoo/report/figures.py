@@ -96,7 +96,7 @@ LONG_LABEL = 32  # characters of a configuration's label beyond which the panels
 
 
 def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dict,
-                        out_dir: Path) -> Path:
+                        out_dir: Path, views: tuple[str, ...] = VIEWS) -> Path:
     """A horizontal dot plot, one panel per view: failure point / d_dot per configuration (log
     scale where it spans more than a factor 4), most efficient at the top, labels horizontal: the
     median over seeds (large marker, a triangle where it is a bound), its order-statistic
@@ -109,14 +109,14 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
     longest = max((len(f"{r.label} ({r.d_dot})") for r in table.itertuples()), default=0)
     height = max(3.0, 0.26 * most + 1.4)
     if longest > LONG_LABEL:  # long labels: the views one above the other, each its own order
-        fig = Figure(figsize=(6.0 + 0.055 * longest + 2.5, height * len(VIEWS)),
+        fig = Figure(figsize=(6.0 + 0.055 * longest + 2.5, height * len(views)),
                      layout="constrained")
-        axes = fig.subplots(len(VIEWS), 1)
+        axes = fig.subplots(len(views), 1, squeeze=False).ravel()
     else:
-        fig = Figure(figsize=(4.2 * len(VIEWS) + 2.0, height), layout="constrained")
-        axes = fig.subplots(1, len(VIEWS))
+        fig = Figure(figsize=(4.2 * len(views) + 2.0, height), layout="constrained")
+        axes = fig.subplots(1, len(views), squeeze=False).ravel()
     kinds, outcomes, dotted = set(), set(), False
-    for ax, view in zip(axes, VIEWS):
+    for ax, view in zip(axes, views):
         rows, s = table[table["view"] == view], SUFFIX[view]
         left_out = natural(rows.loc[rows["update_rule"].eq("fwm"), "label"]) \
             if view == "loss" else []
@@ -166,7 +166,8 @@ def _ticks(levels: list[int]) -> dict[int, str]:
             for head, g in size_groups(levels).items()}
 
 
-def capacity_scaling(found: list[Family], out_dir: Path, colors: dict | None = None) -> Path:
+def capacity_scaling(found: list[Family], out_dir: Path, colors: dict | None = None,
+                     views: tuple[str, ...] = VIEWS) -> Path:
     """``capacity_scaling``: one panel per view, failure point / d_dot against d_dot (log x, the
     levels as ticks): each seed's ratio (small dots), each level's median with its
     order-statistic interval (bars, their levels in the legend; a level of one seed has none),
@@ -175,10 +176,10 @@ def capacity_scaling(found: list[Family], out_dir: Path, colors: dict | None = N
     name (``panels.palette``); by default one per family shown."""
     shown = [f for f in found if f.points["d_dot"].nunique() >= 2]
     colors = config_colors([f.name for f in shown]) if colors is None else colors
-    fig = Figure(figsize=(13, 4.8))
-    axes = fig.subplots(1, len(VIEWS), sharey=True)
+    fig = Figure(figsize=(13 * len(views) / len(VIEWS), 4.8))
+    axes = fig.subplots(1, len(views), sharey=True, squeeze=False).ravel()
     kinds, drawn = set(), [1.0]
-    for ax, view in zip(axes, VIEWS):
+    for ax, view in zip(axes, views):
         ax.set_title(f"{VIEW_WORDS[view]} view", fontsize=10)
         if not any(len(f.fitted(view)) for f in shown):
             ax.text(0.5, 0.5, "no seed fails at a point in this view", ha="center",
@@ -229,6 +230,13 @@ def capacity_scaling(found: list[Family], out_dir: Path, colors: dict | None = N
     return save(fig, out_dir / "capacity_scaling.png")
 
 
+def searched(capacity: pd.DataFrame) -> tuple[str, ...]:
+    """The views a figure draws: every view but those the search left out for every
+    configuration (``search.views``: outcome not_searched), which would be empty panels."""
+    return tuple(v for v in VIEWS
+                 if not capacity[f"outcome{SUFFIX[v]}"].eq("not_searched").all()) or VIEWS
+
+
 def all_figures(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
                 published: pd.DataFrame, curve_table: pd.DataFrame,
                 families: list[scaling.Family], out_dir: Path,
@@ -249,17 +257,21 @@ def all_figures(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
         omitted.append("capacity_scaling: left out, as no family has runs at two or more d_dot "
                        "values")
     bounded = capacity["predicted_capacity"].notna().any()
+    views = searched(capacity)
+    omitted += [f"{view}_panels: left out, as the search did not locate the {VIEW_WORDS[view]} "
+                "view (search.views)" for view in VIEWS if view not in views]
+    thresholds = {"loss": threshold, "accuracy": accuracy_threshold, "keys_retrieved": None}
     return [
         *([headline(capacity, families, out_dir)] if bounded else []),
-        key_panels(runs, capacity, families, threshold, out_dir, "loss"),
-        key_panels(runs, capacity, families, accuracy_threshold, out_dir, "accuracy"),
-        key_panels(runs, capacity, families, None, out_dir, "keys_retrieved"),
+        *(key_panels(runs, capacity, families, thresholds[view], out_dir, view)
+          for view in views),
         *([loss_vs_keys(runs, capacity, published, colors, threshold, out_dir)]
           if one_axis else []),
         observed_vs_predicted(capacity, colors, threshold, out_dir),
-        *([capacity_scaling(families, out_dir, palette(families, capacity))] if scaled else []),
-        *([capacity_efficiency(capacity, seeds, colors, out_dir)]
-          if any(len(efficiency.efficiency_order(capacity, v)) >= 2 for v in VIEWS) else []),
+        *([capacity_scaling(families, out_dir, palette(families, capacity), views)]
+          if scaled else []),
+        *([capacity_efficiency(capacity, seeds, colors, out_dir, views)]
+          if any(len(efficiency.efficiency_order(capacity, v)) >= 2 for v in views) else []),
         *maps,
         curves(curve_table, colors, threshold, out_dir),
     ], omitted
