@@ -237,3 +237,24 @@ def test_the_keys_retrieved_panels_star_each_failure_point_under_y_equals_x(upda
     assert sorted(float(s.get_ydata()[0]) for s in stars) == \
         pytest.approx(sorted(failing["observed_capacity_keys"]))
     assert {float(s.get_xdata()[0]) for s in stars} <= set(runs["n_keys"].astype(float))
+
+
+def test_a_familys_sizes_are_shades_of_its_hue_and_neighbours_never_twins():
+    """DPFP-1/2/3 shared one blue (and marker), and past ten families tab20's pairs put ELU+1
+    beside DPFP, ReLU beside ReLU^2 in near-identical colours."""
+    import colorsys
+
+    from matplotlib.colors import to_rgb
+
+    from kernelzoo.report.style import family_colors, shades
+
+    dpfp = shades("tab:blue", 3)
+    assert len({c[:3] for c in dpfp}) == 3
+    hues = {round(colorsys.rgb_to_hls(*c[:3])[0], 3) for c in dpfp}
+    assert len(hues) == 1
+    light = [colorsys.rgb_to_hls(*c[:3])[1] for c in dpfp]
+    assert light == sorted(light)  # dark to light in size order
+    many = family_colors([f"family {i}" for i in range(12)])
+    ordered = [many[f"family {i}"] for i in range(12)]
+    hue = lambda c: colorsys.rgb_to_hls(*to_rgb(c))[0]  # noqa: E731
+    assert all(abs(hue(a) - hue(b)) > 0.02 for a, b in zip(ordered, ordered[1:10]))

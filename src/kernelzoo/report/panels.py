@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from kernelzoo.analysis import rank_bound
 from kernelzoo.analysis.capacity import POINTS, VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.labels import natural, natural_key
-from kernelzoo.report.style import DISPLAY_FLOOR, OUTCOME_MARKERS, family_colors, save
+from kernelzoo.report.style import DISPLAY_FLOOR, OUTCOME_MARKERS, family_colors, save, shades
 
 MAX_SERIES = 8  # configurations on one panel at most; a larger family gets more panels
 STYLES = ("-", "--", ":", "-.")  # a family's configurations, in d_dot order
@@ -47,10 +47,11 @@ def palette(families, capacity: pd.DataFrame) -> dict[str, tuple]:
 
 
 def family_colors_of(capacity: pd.DataFrame, families) -> dict[str, tuple]:
-    """Each configuration's colour: its family's (``palette``)."""
+    """Each configuration's colour: its family's hue (``palette``), a shade per configuration
+    of the family in natural order, dark to light (``style.shades``)."""
     colors = palette(families, capacity)
-    return {label: colors[name] for name, labels in panels(families, capacity)
-            for label in labels}
+    return {label: shade for name, labels in panels(families, capacity)
+            for label, shade in zip(natural(labels), shades(colors[name], len(labels)))}
 
 
 def _grid(n: int, width: float = 3.2, height: float = 2.6) -> tuple[Figure, np.ndarray]:

@@ -7,6 +7,7 @@ canvas: no pyplot state, no display needed. ``save`` writes each figure as PNG a
 
 from __future__ import annotations
 
+import colorsys
 import math
 from pathlib import Path
 
@@ -49,13 +50,27 @@ def config_colors(labels) -> dict[str, tuple]:
 
 
 FAMILY_PALETTE = "tab10"  # one colour per family, in natural order (tab20 past ten families)
+TAB20_ORDER = (*range(0, 20, 2), *range(1, 20, 2))  # its dark colours first: no light twin beside
 
 
 def family_colors(names) -> dict[str, tuple]:
-    """Fixed colour per family name, in natural order: tab10, tab20 past ten families."""
+    """Fixed colour per family name, in natural order: tab10; past ten families tab20, its ten
+    dark colours first and then their light twins, so neighbouring families never share a hue."""
     names = natural(names)
-    cmap = matplotlib.colormaps[FAMILY_PALETTE if len(names) <= 10 else "tab20"]
-    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+    if len(names) <= 10:
+        cmap = matplotlib.colormaps[FAMILY_PALETTE]
+        return {name: cmap(i) for i, name in enumerate(names)}
+    cmap = matplotlib.colormaps["tab20"]
+    return {name: cmap(TAB20_ORDER[i % 20]) for i, name in enumerate(names)}
+
+
+def shades(color, n: int) -> list[tuple]:
+    """``n`` shades of ``color``, dark to light (its lightness from 0.3 to 0.7; one: the colour
+    itself): a family's sizes in its hue, so DPFP-1, -2 and -3 are told apart."""
+    if n <= 1:
+        return [matplotlib.colors.to_rgba(color)]
+    h, _, s = colorsys.rgb_to_hls(*matplotlib.colors.to_rgb(color))
+    return [(*colorsys.hls_to_rgb(h, 0.3 + 0.4 * i / (n - 1), s), 1.0) for i in range(n)]
 
 
 def log_square(ax, values: pd.Series) -> None:
