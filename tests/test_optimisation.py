@@ -96,7 +96,7 @@ def test_a_rise_below_the_margin_is_not_shown_without_enough_seeds():
     assert verdicts(seeds, capacity) == {"ELU+1": "rises beyond the margin"}
     seeds, capacity = study({("ELU+1", 64): {"0.001": [50.0, 51.0, 49.0],
                                               "0.003": [52.0, 53.0, 51.0]}})
-    assert verdicts(seeds, capacity) == {"ELU+1": "rises within the margin"}
+    assert verdicts(seeds, capacity) == {"ELU+1": "rises, size not pinned down"}
     seeds, capacity = study({("ELU+1", 64): {"0.001": [50.0, 51.0, 49.0], "0.003": [50.0]}})
     row = optimisation.table(seeds, capacity).iloc[0]
     assert row["verdict"] == "cannot tell" and math.isnan(row["decided_at"]) and row["n"] == [3, 1]
@@ -177,7 +177,7 @@ def test_the_stopping_rule_is_tested_against_the_published_one():
     runs = pd.DataFrame({"status": ["plateau"] * 10 + ["converged"] * 5})
     lines = optimisation_section(optimisation.tables(seeds, capacity, runs), runs)
     assert "### Stopping rule" in lines and "### Learning rate" not in lines
-    assert ("- loss view, 2 configurations: rises beyond the margin: 1; rises within the margin: "
+    assert ("- loss view, 2 configurations: rises beyond the margin: 1; rises, size not pinned down: "
             "0; does not move: 1; cannot tell: 0 (rises: T2R)." in lines)
     assert ("- Step cap: 0 of 15 runs reached it (status max_steps; published cap 100,000 "
             "steps). A run that stops before the cap trains the same steps under any larger "
@@ -194,7 +194,7 @@ def test_the_section_is_empty_without_learning_rates_to_compare():
                                                 "0.003": [16.0, 15.9, 16.1]}})
     lines = optimisation_section(optimisation.tables(seeds, capacity, RUNS), RUNS)
     assert lines[:3] == ["## Capacity or optimisation?", "", "### Learning rate"]
-    assert ("- loss view, 1 configuration: rises beyond the margin: 0; rises within the margin: "
+    assert ("- loss view, 1 configuration: rises beyond the margin: 0; rises, size not pinned down: "
             "0; does not move: 1; cannot tell: 0." in lines)
 
 

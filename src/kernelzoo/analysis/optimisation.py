@@ -23,7 +23,8 @@ from kernelzoo.analysis.labels import natural_key
 
 MARGIN = 0.1  # delta = MARGIN x d_dot keys
 ALPHA = 0.05
-VERDICTS = ("rises beyond the margin", "rises within the margin", "does not move", "cannot tell")
+VERDICTS = ("rises beyond the margin", "rises, size not pinned down", "does not move",
+            "cannot tell")
 RISES = VERDICTS[:2]
 POWER = 0.5  # the power to say "does not move" below which it cannot tell
 DETECT = 0.8  # the power at which the smallest detectable rise is given
@@ -266,7 +267,7 @@ def tables(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame,
 
 def counts(found: pd.DataFrame, view: str) -> tuple[dict[str, int], list[str]]:
     """In ``view`` of ``found`` (a ``table``): how many configurations reached each of VERDICTS,
-    and the labels of those that rise (beyond or within the margin)."""
+    and the labels of those that rise (beyond the margin, or by a size not pinned down)."""
     mine = found[found["view"] == view]
     return ({v: int((mine["verdict"] == v).sum()) for v in VERDICTS},
             list(mine.loc[mine["verdict"].isin(RISES), "label"]))
