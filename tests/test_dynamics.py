@@ -28,6 +28,7 @@ def test_learned_then_lost_never_learned_and_blown_up():
 def test_counts_per_configuration():
     runs = pd.DataFrame({"label": ["tanh", "tanh", "ELU+1"], "seed": [1, 2, 1],
                          "n_keys": [64, 64, 64], "final_eval_accuracy": [0.4, 1.0, 1.0],
+                         "update_rule": "sum", "normalisation": "attention",
                          "run_dir": ["a", "b", "c"]})
     curves = {"a": curve([1.0, 0.4], [50.0, 0.4]), "b": curve([1.0, 1.0]), "c": None}
     found = dynamics.run_table(runs, lambda run: curves[run.run_dir])
@@ -37,3 +38,18 @@ def test_counts_per_configuration():
         "ELU+1": {"learned_then_lost": 0, "blew_up": 0}, "tanh": {"learned_then_lost": 1,
                                                                   "blew_up": 1}}
     assert capacity["peak_train_loss"].iloc[1] == 50.0
+
+
+def test_a_read_out_without_a_denominator_never_blew_one_up():
+    """tanh without the normaliser (normalisation none) and the fwm rule (a LayerNorm) have no
+    denominator, yet "denominator near zero" fired on any training loss above 10: 30 of 38 of
+    the zoo's none runs carried it, and Figure 3's fwm rows."""
+    runs = pd.DataFrame({"label": ["tanh none", "tanh fwm", "tanh"], "seed": [1, 1, 1],
+                         "n_keys": [64] * 3, "final_eval_accuracy": [0.4] * 3,
+                         "update_rule": ["sum", "fwm", "sum"],
+                         "normalisation": ["none", "attention", "attention"],
+                         "run_dir": ["a", "b", "c"]})
+    found = dynamics.run_table(runs, lambda run: curve([0.5, 0.4], [50.0, 0.4]))
+    assert found.set_index("label")["blew_up"].to_dict() == {
+        "tanh none": False, "tanh fwm": False, "tanh": True}
+    assert (found["peak_train_loss"] == 50.0).all()  # the loss itself is still measured

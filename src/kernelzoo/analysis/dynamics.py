@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kernelzoo.core.memory import has_denominator
+
 LEARNED = 0.99   # eval accuracy that counts as learned
 CHANCE = 2.0     # never learned: accuracy never above CHANCE / n_keys
 BLOW_UP = 10.0   # a training loss above this: the denominator came near zero
@@ -30,8 +32,11 @@ class RunDynamics:
     peak_train_loss: float
 
 
-def diagnose(curve: pd.DataFrame, n_keys: int, final_accuracy: float) -> RunDynamics:
-    """The module docstring's diagnoses of one run (``curve``: curve.csv's columns)."""
+def diagnose(curve: pd.DataFrame, n_keys: int, final_accuracy: float,
+             denominator: bool = True) -> RunDynamics:
+    """The module docstring's diagnoses of one run (``curve``: curve.csv's columns); a training
+    loss above BLOW_UP is the denominator's doing only where the memory has one
+    (``denominator``: ``core.memory.has_denominator``)."""
     accuracy = curve["eval_accuracy"].to_numpy(float)
     loss = curve["train_loss"].to_numpy(float)
     peak = float(np.nanmax(accuracy)) if np.isfinite(accuracy).any() else math.nan
@@ -39,7 +44,8 @@ def diagnose(curve: pd.DataFrame, n_keys: int, final_accuracy: float) -> RunDyna
         if np.isfinite(loss).any() else math.nan
     final = final_accuracy if np.isfinite(final_accuracy) else 0.0
     return RunDynamics(bool(peak >= LEARNED and final < LEARNED),
-                       bool(not peak > CHANCE / n_keys), bool(top > BLOW_UP), peak, top)
+                       bool(not peak > CHANCE / n_keys), bool(denominator and top > BLOW_UP),
+                       peak, top)
 
 
 def run_table(runs: pd.DataFrame, read) -> pd.DataFrame:
@@ -50,7 +56,8 @@ def run_table(runs: pd.DataFrame, read) -> pd.DataFrame:
         curve = read(run)
         if curve is None or curve.empty:
             continue
-        found = diagnose(curve, int(run.n_keys), float(run.final_eval_accuracy))
+        found = diagnose(curve, int(run.n_keys), float(run.final_eval_accuracy),
+                         has_denominator(str(run.update_rule), str(run.normalisation)))
         rows.append({"label": run.label, "seed": run.seed, "n_keys": run.n_keys, **vars(found)})
     return pd.DataFrame(rows, columns=["label", "seed", "n_keys", *RunDynamics.__annotations__])
 

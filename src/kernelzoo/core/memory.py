@@ -59,6 +59,13 @@ def divides_by_feature_sum(update_rule: str, normalisation: str) -> bool:
     return normalisation == "sum" and update_rule != "fwm"
 
 
+def has_denominator(update_rule: str, normalisation: str) -> bool:
+    """Whether the read-out divides by a sum of features that can come near zero: the attention
+    denominator z . phi(q) + eps, or the sum normalisation's feature sums; not the fwm rule (its
+    LayerNorm), not normalisation "none"."""
+    return update_rule != "fwm" and normalisation in ("attention", "sum")
+
+
 def _normalise(phi_k, phi_q, update_rule, normalisation, eps, key_eps):
     """Keys and queries as the update rule and the read see them (sum normalisation, §7.2)."""
     if divides_by_feature_sum(update_rule, normalisation):
