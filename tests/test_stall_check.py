@@ -288,3 +288,27 @@ def test_stall_check_sweep_end_to_end(smoke_results, tmp_path):
 
     runs = load_runs(results / "smoke")[0]
     assert list(runs.loc[runs["stall_check_of"].notna(), "run_id"]) == [check]
+
+
+def test_a_check_clears_only_a_stalled_run_that_failed_the_view():
+    """"Cleared 75" counted runs that had already passed: of the zoo's 75 stalled runs cleared
+    in the loss view, 58 had passed it before any check. A check clears a view only where the
+    stalled run failed it."""
+    import pandas as pd
+
+    from kernelzoo.analysis.stalls import check_outcomes
+
+    runs = pd.DataFrame({"run_id": ["passed", "failed", "failed2"], "label": ["a"] * 3,
+                         "seed": [1, 2, 3], "n_keys": [32] * 3, "status": ["plateau"] * 3,
+                         "final_eval_loss": [0.005, 0.02, 0.03],
+                         "final_eval_accuracy": [0.97, 0.97, 0.97], "stalled": [True] * 3})
+    checks = pd.DataFrame({"run_id": ["c1", "c2", "c3"],
+                           "stall_check_of": ["passed", "failed", "failed2"],
+                           "status": ["converged", "converged", "plateau"],
+                           "final_eval_loss": [1e-4, 1e-4, 0.03],
+                           "final_eval_accuracy": [1.0, 1.0, 0.97]})
+    found = check_outcomes(runs, checks, 0.01, 0.99).set_index("run_id")
+    assert found["fails_loss"].to_dict() == {"passed": False, "failed": True, "failed2": True}
+    assert found["clears_loss"].to_dict() == {"passed": False, "failed": True, "failed2": False}
+    assert found["clears_accuracy"].to_dict() == {"passed": True, "failed": True,
+                                                  "failed2": False}

@@ -126,8 +126,8 @@ def test_a_stall_moves_a_number_only_where_its_check_passes(tmp_path, check_loss
     assert runs["stall_check_of"].eq(stalled).sum() == 1  # the check is stored, not a point
     assert len(pd.read_csv(exp / "capacity.csv")) == 1
     report = (exp / "report.md").read_text()
-    assert (f"In the loss view the checks cleared {int(moves)} (the run had stopped too soon: "
-            f"its check passes) and confirmed {1 - int(moves)}") in report
+    assert (f"In the loss view 1 of them failed; their checks cleared {int(moves)} (the run had "
+            f"stopped too soon: its check passes) and confirmed {1 - int(moves)}") in report
 
 
 # The quick store's DPFP-1 (d_dot 32) and fixed FAVOR+ m=32 at d_key 16: n_keys, final eval

@@ -107,10 +107,12 @@ def split_checks(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def check_outcomes(runs: pd.DataFrame, checks: pd.DataFrame, threshold: float,
                    accuracy_threshold: float) -> pd.DataFrame:
-    """Per stalled run with a check: run_id, label, seed, n_keys, the check's run_id and whether
-    it clears the stall in the loss and accuracy views (passes them at that n_keys)."""
-    columns = ["run_id", "label", "seed", "n_keys", "check", "clears_loss", "clears_accuracy",
-               "final_eval_loss", "final_eval_accuracy"]
+    """Per stalled run with a check: run_id, label, seed, n_keys, the check's run_id, whether
+    the stalled run fails the loss and accuracy views (``fails_loss``, ``fails_accuracy``) and
+    whether its check clears it there: the run fails the view at that n_keys and its check
+    passes it (a run that passed the view had nothing to clear)."""
+    columns = ["run_id", "label", "seed", "n_keys", "check", "fails_loss", "fails_accuracy",
+               "clears_loss", "clears_accuracy", "final_eval_loss", "final_eval_accuracy"]
     if checks.empty:
         return pd.DataFrame(columns=columns)
     stalled_runs = runs[runs["stalled"]].set_index("run_id")
@@ -119,10 +121,15 @@ def check_outcomes(runs: pd.DataFrame, checks: pd.DataFrame, threshold: float,
     loss_ok = ~failing(found["final_eval_loss"], diverged, threshold)
     acc_ok = ~accuracy_failing(found["final_eval_accuracy"], diverged, accuracy_threshold)
     base = stalled_runs.loc[found["stall_check_of"]]
+    was = base["status"].eq("diverged")
+    fails_loss = np.asarray(failing(base["final_eval_loss"], was, threshold))
+    fails_acc = np.asarray(accuracy_failing(base["final_eval_accuracy"], was, accuracy_threshold))
     return pd.DataFrame({"run_id": found["stall_check_of"].to_numpy(),
                          "label": base["label"].to_numpy(), "seed": base["seed"].to_numpy(),
                          "n_keys": base["n_keys"].to_numpy(), "check": found["run_id"].to_numpy(),
-                         "clears_loss": np.asarray(loss_ok), "clears_accuracy": np.asarray(acc_ok),
+                         "fails_loss": fails_loss, "fails_accuracy": fails_acc,
+                         "clears_loss": fails_loss & np.asarray(loss_ok),
+                         "clears_accuracy": fails_acc & np.asarray(acc_ok),
                          "final_eval_loss": found["final_eval_loss"].to_numpy(),
                          "final_eval_accuracy": found["final_eval_accuracy"].to_numpy()})
 

@@ -92,11 +92,14 @@ def stall_section(runs: pd.DataFrame, capacity: pd.DataFrame, checked: pd.DataFr
         return lines + ["No stall was checked (`stall_check=true` trains a check for each): no "
                         "failure point is moved by a stall.", ""]
     cleared = {v: int(checked[f"clears_{v}"].sum()) for v in ("loss", "accuracy")}
+    failed = {v: int(checked[f"fails_{v}"].sum()) for v in ("loss", "accuracy")}
     lines += [f"Checks: {len(checked)} of {int(runs['stalled'].sum())} stalled runs checked. In "
-              "the loss view the checks cleared "
+              f"the loss view {failed['loss']} of them failed; their checks cleared "
               f"{cleared['loss']} (the run had stopped too soon: its check passes) and confirmed "
-              f"{len(checked) - cleared['loss']} (its check fails too); in the accuracy view they "
-              f"cleared {cleared['accuracy']} and confirmed {len(checked) - cleared['accuracy']}.",
+              f"{failed['loss'] - cleared['loss']} (its check fails too). In the accuracy view "
+              f"{failed['accuracy']} failed; cleared {cleared['accuracy']}, confirmed "
+              f"{failed['accuracy'] - cleared['accuracy']}. A stalled run that passed a view had "
+              "nothing to clear there.",
               "",
               "| configuration | seed | n_keys | check | final eval loss | accuracy | clears "
               "loss / accuracy |", "|---|---|---|---|---|---|---|"]

@@ -209,10 +209,13 @@ def stall_verdict(a: Analysis) -> list[str]:
     stalled = int(a.runs["stalled"].sum())
     if not stalled:
         return []
+    found = a.checked if len(a.checked) else None
+    failed = int(found["fails_loss"].sum()) if found is not None else 0
+    cleared = int(found["clears_loss"].sum()) if found is not None else 0
     return [f"- **Stalls** (a few keys never learned under capacity): {stalled} of "
-            f"{len(a.runs)} runs stalled; {len(a.checked)} checked, "
-            f"{int(a.checked['clears_loss'].sum()) if len(a.checked) else 0} cleared in the "
-            "loss view; the table counts each run as it ended."]
+            f"{len(a.runs)} runs stalled; {len(a.checked)} checked, of which {failed} failed the "
+            f"loss view and {cleared} of those were cleared; the table counts each run as it "
+            "ended."]
 
 
 def verdicts(a: Analysis) -> pd.DataFrame:
