@@ -1,9 +1,9 @@
 """Stalls: runs that end with a few keys never learned although their configuration is not over
 capacity there. A stall is a diagnosis, reported per point; the headline failure points count
-every run as it ended. A stall moves a number only where its check (``stall_check=true``: the
-same run trained again with a longer stopping rule, linked by ``stall_check_of``) shows that the
-keys can be learned: the failure point with each checked stalled run replaced by its check is a
-secondary column.
+every run as it ended. Its check (``stall_check=true``: the same run trained again with a
+longer stopping rule, linked by ``stall_check_of``) clears it where the run failed a view and
+the check passes it; the failure point with each checked stalled run replaced by its check is a
+secondary column, which a check can move either way.
 
 Its rule is stated once, in docs/analysis.md ("Stalls and their checks").
 """
