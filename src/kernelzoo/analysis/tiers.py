@@ -41,7 +41,7 @@ def tiers(capacity: pd.DataFrame) -> list[Placed]:
         mine = capacity[capacity["predicted_capacity"].isin(levels)]
         for view in VIEWS:
             order = efficiency_order(mine, view)
-            tier, floor = 0, math.inf
+            tier, members = 0, []
             for r in order.itertuples():
                 outcome, ratio = r.outcome, r.ratio
                 if outcome not in POINTS:
@@ -49,9 +49,9 @@ def tiers(capacity: pd.DataFrame) -> list[Placed]:
                                         outcome))
                     continue
                 low, high = r.efficiency_low, r.efficiency_high
-                if tier == 0 or high < floor:  # apart from every member of the current tier
-                    tier, floor = tier + 1, low
-                floor = min(floor, low)
+                if tier == 0 or not all(high >= a and low <= b for a, b in members):
+                    tier, members = tier + 1, []  # apart from some member: the next tier
+                members.append((low, high))
                 found.append(Placed(r.label, size, view, tier, ratio, low, high, outcome))
     return found
 

@@ -105,8 +105,8 @@ def per_d_dot(view: str) -> str:
 
 
 def ranking(capacity: pd.DataFrame) -> list[str]:
-    """Per view and size, the first tier (the configurations whose intervals overlap the
-    best's, ``tiers.py``) with its bounds apart, and how far the views' orders agree
+    """Per view and size, the first tier (the configurations whose intervals overlap each
+    other's and the best's, ``tiers.py``) with its bounds apart, and how far the views' orders agree
     (Spearman's rho); no view headlines the others."""
     placed = tiers.tiers(capacity)
     lines = []
@@ -126,8 +126,8 @@ def ranking(capacity: pd.DataFrame) -> list[str]:
                     f"{p.efficiency:.3g}" for p in bounded) if bounded else ""))
         if parts:
             lines.append(f"- **First tier, {VIEW_WORDS[view]} view** ({per_d_dot(view)}; the "
-                         "configurations whose intervals overlap the best's, no order within "
-                         "it): " + " | ".join(parts) + ".")
+                         "configurations whose intervals overlap the best's and each other's, "
+                         "no order within it): " + " | ".join(parts) + ".")
     rhos = rankings.view_rhos(capacity)
     if rhos:
         lines.append("- **Views agree** (Spearman rho of failure point / d_dot): " + "; ".join(
