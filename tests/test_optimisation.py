@@ -115,7 +115,7 @@ def test_bounds_are_intervals_and_a_rise_over_them_cannot_be_shown():
     assert keys["bounded_at"] == "60 to 92"
     assert all(low == -math.inf and high == math.inf and math.isnan(d)
                for _, d, low, high in keys["differences"])
-    lines = optimisation_section(optimisation.tables(seeds, capacity, RUNS), RUNS)
+    lines = optimisation_section(optimisation.tables(seeds, capacity), RUNS)
     row = next(line for line in lines if "| keys retrieved |" in line)
     assert "cannot tell: bounded at 60 to 92" in row
     assert "9 of 9 never_fails (lower bounds), as intervals" in row
@@ -175,7 +175,7 @@ def test_the_stopping_rule_is_tested_against_the_published_one():
     (level, d, *_), = loss.loc["T2R", "differences"]
     assert level == "patience 30" and d == pytest.approx(20.0)
     runs = pd.DataFrame({"status": ["plateau"] * 10 + ["converged"] * 5})
-    lines = optimisation_section(optimisation.tables(seeds, capacity, runs), runs)
+    lines = optimisation_section(optimisation.tables(seeds, capacity), runs)
     assert "### Stopping rule" in lines and "### Learning rate" not in lines
     assert ("- loss view, 2 configurations: rises beyond the margin: 1; rises, size not pinned down: "
             "0; does not move: 1; cannot tell: 0 (rises: T2R)." in lines)
@@ -189,10 +189,10 @@ def test_the_stopping_rule_is_tested_against_the_published_one():
 
 def test_the_section_is_empty_without_learning_rates_to_compare():
     seeds, capacity = study({("ELU+1", 16): {"0.001": [16.0, 16.0, 16.0]}})
-    assert optimisation_section(optimisation.tables(seeds, capacity, RUNS), RUNS) == []
+    assert optimisation_section(optimisation.tables(seeds, capacity), RUNS) == []
     seeds, capacity = study({("ELU+1", 16): {"0.001": [16.0, 15.9, 16.1],
                                                 "0.003": [16.0, 15.9, 16.1]}})
-    lines = optimisation_section(optimisation.tables(seeds, capacity, RUNS), RUNS)
+    lines = optimisation_section(optimisation.tables(seeds, capacity), RUNS)
     assert lines[:3] == ["## Capacity or optimisation?", "", "### Learning rate"]
     assert ("- loss view, 1 configuration: rises beyond the margin: 0; rises, size not pinned down: "
             "0; does not move: 1; cannot tell: 0." in lines)
@@ -267,7 +267,7 @@ def test_the_stopping_rule_pairs_seeds_where_welch_could_not_decide():
     assert optimisation.LEARNING_RATE.test == "welch"
     welch_high = optimisation.bounds(optimisation.welch(values[10], values[30]), 0.95)[1]
     assert welch_high > 6.4  # Welch: undecided at the margin
-    moves = optimisation.tables(pd.DataFrame(seeds), pd.DataFrame(capacity), RUNS)
+    moves = optimisation.tables(pd.DataFrame(seeds), pd.DataFrame(capacity))
     lines = optimisation_section(moves, RUNS)
     assert any(line.startswith("Mean over seeds of each seed's difference (the paired test)")
                for line in lines)
@@ -323,13 +323,3 @@ def test_a_rise_that_some_seeds_carry_can_go_unseen(test):
     assert false_rate(3, 1.0) <= 0.01
 
 
-def test_the_paired_test_pairs_a_seed_at_the_same_n_keys():
-    """Seed 1 probed 32, 40, 54 under patience 10 and 32, 40, 55 under 30: its failure points
-    are found over 32 and 40 only; a run without a patience is not the paired test's."""
-    runs = pd.DataFrame([{"label": f"DPFP-1 trainer.patience={p}", "seed": seed, "n_keys": n}
-                         for p, seed, grid in ((10, 1, (32, 40, 54)), (30, 1, (32, 40, 55)),
-                                               (10, 2, (32, 48)), (30, 2, (32, 48)))
-                         for n in grid] + [{"label": "ELU+1 lr=0.003", "seed": 1, "n_keys": 9}])
-    kept = optimisation.common_probes(runs, optimisation.STOPPING_RULE)
-    assert sorted(zip(kept["seed"], kept["n_keys"])) == [(1, 32), (1, 32), (1, 40), (1, 40),
-                                                         (2, 32), (2, 32), (2, 48), (2, 48)]

@@ -17,7 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from kernelzoo.analysis import censored
-from kernelzoo.analysis.capacity import SUFFIX, VIEWS, seed_table
+from kernelzoo.analysis.capacity import SUFFIX, VIEWS
 from kernelzoo.analysis.published import PUBLISHED_LR, PUBLISHED_STOPPING
 from kernelzoo.analysis.labels import natural_key
 
@@ -230,36 +230,14 @@ def _row(group: str, view: str, part: pd.DataFrame, setting: Setting, base_level
                        if (part[f"outcome{s}"] == o).any()}, "values": len(part)}
 
 
-def common_probes(runs: pd.DataFrame, setting: Setting) -> pd.DataFrame:
-    """The paired test's runs: those of ``runs`` whose label names a level of ``setting``, each
-    configuration (less the setting) and seed at the n_keys probed at every level it ran."""
-    level = runs["label"].map(setting.level)
-    mine = runs[level.notna()].assign(group=runs["label"].map(setting.without),
-                                      level=level[level.notna()])
-    levels = mine.groupby(["group", "seed"])["level"].transform("nunique")
-    count = mine.groupby(["group", "seed", "n_keys"])["level"].transform("nunique")
-    return runs.loc[mine.index[count == levels]]
-
-
-def seeds_for(setting: Setting, runs: pd.DataFrame, seeds: pd.DataFrame, threshold: float,
-              accuracy_threshold: float) -> pd.DataFrame:
-    """The seed table ``setting``'s test reads: ``seeds`` for an unpaired test, the failure
-    points over ``common_probes`` for the paired one."""
-    if setting.test != "paired" or "label" not in runs:
-        return seeds
-    return seed_table(common_probes(runs, setting), threshold, accuracy_threshold)
-
-
-def tables(seeds: pd.DataFrame, capacity: pd.DataFrame, runs: pd.DataFrame,
-           threshold: float | None = None,
-           accuracy_threshold: float | None = None) -> tuple[tuple[Setting, pd.DataFrame], ...]:
-    """(setting, ``table``) for each setting some configurations ran at several levels of;
-    with the thresholds, a paired test reads its seeds over the common probes (``seeds_for``)."""
+def tables(seeds: pd.DataFrame,
+           capacity: pd.DataFrame) -> tuple[tuple[Setting, pd.DataFrame], ...]:
+    """(setting, ``table``) for each setting some configurations ran at several levels of; both
+    tests read each seed's failure point as its search located it (``seeds``: a paired seed's
+    two failure points, each from its own probes)."""
     found = []
     for setting in SETTINGS:
-        mine = seeds if threshold is None else seeds_for(setting, runs, seeds, threshold,
-                                                         accuracy_threshold)
-        table_ = table(mine, capacity, setting)
+        table_ = table(seeds, capacity, setting)
         if not table_.empty:
             found.append((setting, table_))
     return tuple(found)

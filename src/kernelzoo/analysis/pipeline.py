@@ -38,7 +38,7 @@ class Analysis:
     (capacity.csv); long: one row per configuration and view with its flags
     (``capacity.by_view``, capacity_long.csv); checked: ``stalls.check_outcomes``; published:
     the authors' points of the matching configurations; families: ``scaling.families``; moves:
-    ``optimisation.tables`` (the paired test over common probes); effects: ``factorial.table``;
+    ``optimisation.tables``; effects: ``factorial.table``;
     curves: the eval curves of the runs around each failure point; history: sweep.json (None
     without one); stall_lines: one line per stalled run; holes: a grid's missing points (None
     for a search); missing, damaged, set_aside: what could not be read or was left out."""
@@ -233,7 +233,7 @@ def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold
         long=by_view(capacity.assign(flags=flags(capacity, seeds, runs, threshold,
                                                      accuracy_threshold))),
         published=points, families=tuple(scaling.families(runs, seeds)),
-        moves=optimisation.tables(seeds, capacity, runs, threshold, accuracy_threshold),
+        moves=optimisation.tables(seeds, capacity),
         effects=factorial.table(capacity, seeds), curves=around, history=history,
         stall_lines=tuple(lines), holes=None if is_search(runs) else tuple(grid_holes(runs)),
         damaged=tuple(damaged + unreadable), **base)
