@@ -286,6 +286,24 @@ def test_a_sweeps_packs_are_records_with_one_override_for_hydra():
     assert [tuple(m) for m in job.pack_members] == [(80, 2), (60, 1)]
 
 
+def test_a_gpu_pack_is_sized_by_the_devices_memory(monkeypatch):
+    """On a GPU trainer.pack=auto packed a fixed 32 runs; it fills GPU_FILL of the device's
+    memory at the runs' estimates (at most GPU_MOST), so small runs pack more, large ones fewer."""
+    import types
+
+    c = Config()
+    c.trainer.device = "cuda"
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(total_memory=80 << 30))
+    small = [Point(("feature_map=elu", "n_keys=20", f"seed={s}"), 20, s, c, 100 << 20, True)
+             for s in range(1, 301)]
+    large = [Point(("feature_map=elu", "n_keys=600", f"seed={s}"), 600, s, c, 10 << 30, True)
+             for s in range(1, 11)]
+    assert [j.runs for j in jobs(small)] == [packing.GPU_MOST, 300 - packing.GPU_MOST]
+    assert [j.runs for j in jobs(large)] == [6, 4]  # 0.8 x 80 GiB / 10 GiB = 6
+    assert packing.most_runs("auto", "cuda", 32, 64, False, lambda S: 1 << 30, 16 << 30)(600) == 12
+
+
 @pytest.mark.slow
 def test_each_run_of_a_pack_logs_its_own_wandb_run(tmp_path):
     """Offline wandb: the runs of one pack are concurrent wandb runs of one process, each with

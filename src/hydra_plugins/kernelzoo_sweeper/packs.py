@@ -78,13 +78,23 @@ class Job:
                   else [])]
 
 
-def most_runs(c: Config) -> Callable[[int], int]:
+def most_runs(c: Config, group=()) -> Callable[[int], int]:
     """``kernelzoo.training.packing.most_runs`` for the points of the checked config ``c``
-    (trainer.pack, trainer.device, trainer.batch_size, the d_key given, task.replacement)."""
+    (trainer.pack, trainer.device, trainer.batch_size, the d_key given, task.replacement); on a
+    GPU, by its memory and the estimates of the ``group``'s points (a run of S keys takes the
+    estimate of the point of the most keys up to S, or of the group's smallest)."""
     from kernelzoo.training import packing
 
-    tr = c.trainer
-    return packing.most_runs(tr.pack, tr.device, tr.batch_size, c.d_key, c.task.replacement)
+    tr, run_bytes, device_bytes = c.trainer, None, None
+    if any(p.gpu for p in group):
+        import torch
+
+        device_bytes = torch.cuda.get_device_properties(0).total_memory
+        known = sorted((p.n_keys, p.memory) for p in group)
+        run_bytes = lambda S: next((m for n, m in reversed(known) if n <= S),  # noqa: E731
+                                   known[0][1])
+    return packing.most_runs(tr.pack, tr.device, tr.batch_size, c.d_key, c.task.replacement,
+                             run_bytes, device_bytes)
 
 
 def jobs(points: list[Point]) -> list[Job]:
@@ -99,5 +109,6 @@ def jobs(points: list[Point]) -> list[Job]:
         groups.setdefault(rest, []).append(point)
     found = [Job(tuple(group[i] for i in members))
              for group in groups.values()
-             for members in packing.form([p.n_keys for p in group], most_runs(group[0].config))]
+             for members in packing.form([p.n_keys for p in group],
+                                         most_runs(group[0].config, group))]
     return sorted(found, key=lambda p: -p.leader.n_keys)

@@ -13,15 +13,20 @@ from typing import Callable
 
 PADDING_WASTE = 0.25  # a pack's padded work is at most this fraction of its work (``form``)
 AUTO_SIZE = {"cpu": 8, "cuda": 32}  # trainer.pack=auto at most (``make bench``: case packed)
+GPU_FILL = 0.8   # trainer.pack=auto on a GPU of known memory: its runs' estimates fill this share
+GPU_MOST = 256   # ... and a pack holds at most this many runs
 CPU_ELEMENTS = 2**19  # trainer.pack=auto on the CPU: a pack's keys fit in ~2 MB (``most_runs``)
 
 
 def most_runs(setting: str | int, device: str, batch_size: int, d_key: int,
-              replacement: bool) -> Callable[[int], int]:
+              replacement: bool, run_bytes: Callable[[int], int] | None = None,
+              device_bytes: int | None = None) -> Callable[[int], int]:
     """The most runs of a pack whose largest run has S keys, for ``trainer.pack`` on
     ``trainer.device`` (auto: cuda when this machine has it, as ``devices.resolve_device``).
 
-    auto on cuda: AUTO_SIZE["cuda"]. auto on the CPU: packing pays only while the pack's keys,
+    auto on a GPU: as many as GPU_FILL of its memory (``device_bytes``) holds at the estimate of
+    a run of S keys (``run_bytes``: ``footprint``), at most GPU_MOST; AUTO_SIZE["cuda"] where
+    either is unknown. auto on the CPU: packing pays only while the pack's keys,
     R x batch x L x d_key numbers, stay within CPU_ELEMENTS (about a 2 MB cache: beyond it
     every elementwise pass goes to memory and R runs cost more than R runs alone, ``make
     bench``): R <= CPU_ELEMENTS / (batch x L x d_key), at most AUTO_SIZE["cpu"].
@@ -33,6 +38,9 @@ def most_runs(setting: str | int, device: str, batch_size: int, d_key: int,
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     kind = device.split(":")[0]
+    if kind != "cpu" and run_bytes is not None and device_bytes:
+        fill = int(GPU_FILL * device_bytes)
+        return lambda S: max(1, min(GPU_MOST, fill // max(run_bytes(S), 1)))
     if kind != "cpu":
         return lambda S: AUTO_SIZE.get(kind, 1)
     per_run = lambda S: batch_size * (2 * S if replacement else S) * d_key  # noqa: E731
