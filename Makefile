@@ -21,7 +21,7 @@ STAMP := $(VENV)/.installed
 # two installs at once take turns at pip (flock, where there is one) instead of mixing files
 LOCKED := $(if $(shell command -v flock 2>/dev/null),flock $(VENV).lock,)
 
-.PHONY: help install venv-check sweep run plots docs test test-slow bench sync wheels clean-venv
+.PHONY: help install venv-check sweep run plots compare docs test test-slow bench sync wheels clean-venv
 
 help:  ## list the targets and the variables they take
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -59,6 +59,9 @@ wheels: install  ## .whl/: the dependencies a GPU machine with torch may lack, a
 	rm -rf .whl
 	$(PY) -m pip wheel -q --no-deps -w .whl $$($(PY) -m pip freeze | grep -iE \
 	    '^(hydra-core|omegaconf|antlr4-python3-runtime|hydra-joblib-launcher|joblib)==')
+
+compare: install  ## compare two configurations: make compare STORE=results/reference/zoo A="ELU+1 d_key=64" B="ReLU d_key=64"
+	$(PY) -m kernelzoo.compare "$(STORE)" "$(A)" "$(B)"
 
 docs: install  ## rewrite docs/results.md and README's results summary from results/reference
 	$(PY) scripts/results_doc.py

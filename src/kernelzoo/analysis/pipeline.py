@@ -197,6 +197,18 @@ def _sweep(exp_dir: Path, damaged: list[str]) -> dict | None:
         return None
 
 
+def seeds_of(exp_dir: Path, experiment: str, threshold: float,
+             accuracy_threshold: float) -> pd.DataFrame:
+    """The seed table of the store at ``exp_dir`` (``capacity.seed_table``) as ``analyse``
+    builds it: stall checks and runs of another experiment left out; empty without runs."""
+    runs, _, _ = load_runs(exp_dir)
+    runs, _ = sort_out(stalls.split_checks(runs)[0], experiment)
+    if runs.empty:
+        return pd.DataFrame(columns=["label", "seed"])
+    return seed_table(runs.assign(rank_bound=rank_bounds(runs, threshold)), threshold,
+                      accuracy_threshold)
+
+
 def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold: float,
             reference: Path | None = None) -> Analysis:
     """The analysis of the store at ``exp_dir``; ``reference``: the capacity.csv whose failure
