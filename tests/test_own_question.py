@@ -49,3 +49,33 @@ def test_a_search_counts_its_series_as_configurations_and_seeds(tmp_path, cli_en
                 tmp_path)
     assert "sweep two_maps: search=bisect over 6 series (2 configurations, 3 seeds)" \
         in res.stdout, res.explain()
+
+
+def test_compare_prints_each_views_difference_with_welchs_interval(tmp_path, cli_env):
+    """Two configurations of a synthetic store, 3 seeds each: the loss view's line is the
+    difference of mean failure points with scipy's Welch interval at 97.5%, read from the same
+    seeds; a view where a seed is a bound says so; an unknown label is one line, exit 2."""
+    import numpy as np
+    from scipy import stats
+    from synthetic import write_run
+
+    from kernelzoo.analysis.pipeline import seeds_of
+
+    exp = tmp_path / "results" / "pair"
+    fails = {("elu", 1): 48, ("elu", 2): 56, ("elu", 3): 52,
+             ("relu", 1): 28, ("relu", 2): 36, ("relu", 3): 32}
+    for (fm, seed), at in fails.items():
+        for n in (16, 24, 32, 40, 48, 56, 64):
+            write_run(exp, n_keys=n, loss=1e-4 if n < at else 0.3, feature_map=fm, seed=seed)
+    seeds = seeds_of(exp, "pair", 0.01, 0.99)
+    a = seeds.loc[seeds["label"] == "ELU+1", "value"].to_numpy(float)
+    b = seeds.loc[seeds["label"] == "ReLU", "value"].to_numpy(float)
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.975)
+    res = run_cmd([PYTHON, "-m", "kernelzoo.compare", exp, "ELU+1", "ReLU"], cli_env)
+    assert res.returncode == 0, res.explain()
+    loss = next(line for line in res.stdout.splitlines() if line.startswith("- loss: "))
+    assert loss == (f"- loss: ELU+1 holds more, by {np.mean(a) - np.mean(b):+.3g} keys "
+                    f"[{ci.low:.3g}, {ci.high:.3g}]"), res.stdout
+    res = run_cmd([PYTHON, "-m", "kernelzoo.compare", exp, "ELU+1", "DPFP-2"], cli_env)
+    assert res.returncode == 2 and res.stderr.startswith(
+        "error: no configuration 'DPFP-2' in "), res.explain()
