@@ -64,7 +64,7 @@ def test_a_users_experiment_is_checked_as_a_packaged_one(tmp_path, cli_env):
                      tmp_path)
     assert res.returncode == 2, res.explain()
     assert res.stderr.strip() == "error: point n_keys=0: n_keys=0 is invalid; valid: an " \
-                                 "integer >= 1", res.explain()
+                                 "integer from 1 to 1048576", res.explain()
     assert not results.exists()
 
 

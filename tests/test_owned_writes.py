@@ -35,8 +35,8 @@ def test_a_link_planted_as_the_next_sweep_directory_is_refused(tmp_path, cli_env
     assert res.returncode == 2 and "Traceback" not in res.output, res.explain()
     assert res.stderr.strip().splitlines()[-1] == (
         f"error: {planted}: a symbolic link already there, where this sweep makes its own new "
-        "directory; kernelzoo writes into no directory it did not make: remove it and run "
-        "again"), res.explain()
+        "directory; kernelzoo writes into no directory it did not make: run again, which names "
+        "a new one (remove this one only when no sweep writes there)"), res.explain()
     assert snapshot(victim) == before and sorted(os.listdir(victim)) == ["thesis.tex"]
 
 

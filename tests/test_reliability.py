@@ -453,8 +453,9 @@ def test_corrupted_summary_in_a_sweep(smoke_results, tmp_path):
     assert victim.read_text() == CORRUPT
     assert snapshot(runs_dir(results, "smoke")) == before
     assert str(victim) in res.stderr and "Traceback" not in res.output, res.explain()
-    others = set(run_ids(results, "smoke")) - {victim.parent.name}
-    assert others <= {m for m in re.findall(r"^skip (\S+):", res.stdout, re.M)}, res.stdout
+    # the other points are known done from the index, though the store was copied elsewhere
+    assert f"sweep smoke: 6 points, {len(run_ids(results, 'smoke')) - 1} already done" \
+        in res.stdout, res.stdout
     assert re.search(r"^sweep smoke finished", res.stdout, re.M), res.stdout
 
 
