@@ -26,12 +26,16 @@ def test_a_fixed_nu_that_cannot_reach_d_dot_is_refused_in_the_dry_run(tmp_path, 
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_readmes_two_map_example_plans_both_maps(tmp_path, cli_env):
+def test_readmes_two_map_example_plans_both_maps_and_counts_its_series(tmp_path, cli_env):
+    """README's example as written plans DPFP-2 and ELU+1; the search counts its series as
+    configurations and seeds ("6 configurations x seeds" meant 6 series)."""
     res = sweep([*TWO_MAPS, "d_key=16", "dry_run=true", f"results_dir={tmp_path}"], cli_env,
                 tmp_path)
     assert res.returncode == 0, res.explain()
     assert "plan dpfp-nu2-dkey16-" in res.stdout and "plan elu-dkey16-" in res.stdout
     assert "infeasible" not in res.stdout
+    assert "sweep two_maps: search=bisect over 6 series (2 configurations, 3 seeds)" \
+        in res.stdout, res.explain()
 
 
 def test_cfg_job_on_a_swept_axis_shows_its_first_point(tmp_path, cli_env):
@@ -41,14 +45,6 @@ def test_cfg_job_on_a_swept_axis_shows_its_first_point(tmp_path, cli_env):
     assert res.stderr.strip() == ("showing the point seed=1, the first of each swept axis "
                                   "(dry_run=true lists every point)")
     assert "\nseed: 1\n" in res.stdout and "--multirun" not in res.output
-
-
-def test_a_search_counts_its_series_as_configurations_and_seeds(tmp_path, cli_env):
-    """"6 configurations x seeds" meant 6 series."""
-    res = sweep([*TWO_MAPS, "d_key=16", "dry_run=true", f"results_dir={tmp_path}"], cli_env,
-                tmp_path)
-    assert "sweep two_maps: search=bisect over 6 series (2 configurations, 3 seeds)" \
-        in res.stdout, res.explain()
 
 
 def test_compare_prints_each_views_difference_with_welchs_interval(tmp_path, cli_env):
