@@ -216,7 +216,9 @@ def test_sigterm_during_the_analysis_leaves_no_part_of_a_file(tmp_path, cli_env)
     assert res.stderr.strip().splitlines() == [
         "kernelzoo-analyze: stopped by SIGTERM; every output written is whole (the old file or "
         "the new), and a rerun writes them all"]
-    assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["runs"]
+    # no part of a file; the marker says the analysis did not finish
+    assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["ANALYSIS_INCOMPLETE.txt",
+                                                                    "runs"]
 
 
 def test_an_interrupted_slurm_sweep_cancels_the_jobs_it_submitted(tmp_path, monkeypatch):
