@@ -16,7 +16,7 @@ LAYER = {
     "kernelzoo.core": 2, "kernelzoo.records": 2,
     "kernelzoo.training": 3, "kernelzoo.analysis": 3,
     "kernelzoo.report": 4,  # the presentation: takes an Analysis
-    "kernelzoo.train": 5, "kernelzoo.analyze": 5,
+    "kernelzoo.train": 5, "kernelzoo.analyze": 5, "kernelzoo.compare": 5,
     "kernelzoo.sweep": 6,  # the front door of train's Hydra app
     "kernelzoo.bench": 6,  # measures runs through the trainer's command (training.job.run)
     "hydra_plugins.kernelzoo_sweeper": 6,
@@ -73,7 +73,8 @@ def test_every_module_belongs_to_a_layer():
 
 # the modules at the top of the package: the commands alone (and the docs generator, until it
 # moves to scripts/); everything else lives in a package of its layer
-ENTRY_POINTS = {"kernelzoo.train", "kernelzoo.sweep", "kernelzoo.analyze", "kernelzoo.results_doc"}
+ENTRY_POINTS = {"kernelzoo.train", "kernelzoo.sweep", "kernelzoo.analyze", "kernelzoo.compare",
+                "kernelzoo.results_doc"}
 
 
 def test_only_the_entry_points_sit_at_the_top_of_the_package():

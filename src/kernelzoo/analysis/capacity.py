@@ -17,9 +17,9 @@ import pandas as pd
 from kernelzoo.analysis.censored import median, seed_intervals
 from kernelzoo.analysis.intervals import describe, median_interval
 from kernelzoo.analysis.labels import natural_key
+from kernelzoo.config.schema import VIEWS  # the views of capacity, as search.views names them
 
 CONFIG_KEYS = ("feature_map", "params", "d_key", "d_dot", "update_rule", "lr")
-VIEWS = ("loss", "accuracy", "keys_retrieved")
 SUFFIX = {"loss": "", "accuracy": "_acc", "keys_retrieved": "_keys"}  # column suffix per view
 VIEW_WORDS = {"loss": "loss", "accuracy": "accuracy", "keys_retrieved": "keys retrieved"}
 CAPACITY_COLUMNS = CONFIG_KEYS + (
