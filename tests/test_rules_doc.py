@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelzoo.analysis import (capacity, censored, factorial, flags, intervals, labels,
-                                optimisation, prediction, rankings, stalls, tiers)
+from kernelzoo.analysis import (capacity, censored, compare, factorial, flags, intervals,
+                                labels, optimisation, prediction, rankings, stalls, tiers)
 from kernelzoo.config import AnalyzeConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "analysis.md"
@@ -35,6 +35,8 @@ CONSTANTS = {
     "`ALPHA`": optimisation.ALPHA,
     "factorial `LEVEL`": factorial.LEVEL,
     "`NEAR`": prediction.NEAR,
+    "compare `LEVEL`": compare.LEVEL,
+    "`DECIDE`": compare.DECIDE,
 }
 
 
