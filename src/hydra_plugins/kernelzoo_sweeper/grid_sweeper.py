@@ -229,9 +229,8 @@ class GridSweeper(sweeper_base()):
             except store.StoreError as err:
                 fail(str(err))
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-            if not self.config.dry_run:  # a dry run submits nothing
+            if not self.config.dry_run:  # a dry run submits nothing and logs nothing
                 private_job_folder(self.config.hydra.launcher)
-            if not self.config.dry_run:
                 print(f"logs: {sweep_dir}/<job>/train.log ({launcher_words(self.config)})")
             if search:
                 from .search_rounds import SearchRounds
@@ -304,11 +303,12 @@ class GridSweeper(sweeper_base()):
         when its job ends (``progress.py``)."""
         returns, self.batch_index = [], 0
         packed = jobs(points)
+        how = self.fill(packed) if points else ""
         if points and not self.config.dry_run:
             from kernelzoo.training.packing import step_cost
 
             progress.start(self.config.hydra.sweep.dir, len(points), label,
-                           sum(step_cost(p.n_keys) for p in points), self.fill(packed))
+                           sum(step_cost(p.n_keys) for p in points), how)
         self.jobs = {tuple(j.overrides()): j for j in packed}  # a job's overrides: the job
         overrides = [j.overrides() for j in packed]
         batch = batch_size(self.max_batch_size, self.config.hydra.launcher)
@@ -338,8 +338,9 @@ class GridSweeper(sweeper_base()):
     def fill(self, packed: list) -> str:
         """Under joblib with n_jobs=-1, set the workers of this launch to
         ``workers.workers`` of its jobs (one per usable core, at most one per job, as many as
-        memory holds at the largest job's estimate; one on a GPU); the words for the progress
-        line: "2 workers x 1 thread" ("" for other launchers, whose parallelism is their own)."""
+        memory holds at the largest job's estimate; one on a GPU; one, in this process, for a
+        dry run, which only plans); the words for the progress line: "2 workers x 1 thread" (""
+        for other launchers, whose parallelism is their own)."""
         launcher = self.config.hydra.launcher
         threads = plural(self.config.trainer.threads, "thread")
         if not launcher._target_.endswith(".JoblibLauncher"):
@@ -351,9 +352,10 @@ class GridSweeper(sweeper_base()):
         import torch
         from kernelzoo.training import devices, workers
 
-        n = workers.workers(len(packed), workers.usable_cores(), max(j.memory for j in packed),
-                            devices.device_memory(torch.device("cpu")),
-                            any(p.gpu for j in packed for p in j.points))
+        gpu = any(p.gpu for j in packed for p in j.points)
+        n = 1 if self.config.dry_run else workers.workers(
+            len(packed), workers.usable_cores(), max(j.memory for j in packed),
+            devices.device_memory(torch.device("cpu")), gpu)
         self.launcher.joblib["n_jobs"] = n
         return f"{plural(n, 'worker')} x {threads}"
 
