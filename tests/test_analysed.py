@@ -45,6 +45,7 @@ def test_the_command_says_one_line_or_exits_1(tmp_path, capsys):
                                        "since (make plots re-analyses)\n")
 
 
+@pytest.mark.slow  # an analysis by the CLI: ~10 s
 def test_make_plots_marks_the_analysis_so_the_next_sweep_does_not_repeat_it(tmp_path, cli_env,
                                                                            capsys):
     """``make plots`` (python -m kernelzoo.analyze) did not mark the analysed stamp, so the next

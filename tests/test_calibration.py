@@ -88,6 +88,7 @@ def test_a_bounded_seed_never_separates():
     assert d.verdict == "cannot tell" and d.why.startswith("bounded")
 
 
+@pytest.mark.slow  # a power simulation: ~4 s
 def test_the_seeds_needed_are_welchs_power_solved_for_n():
     """The estimate is the n at which the noncentral-t power of Welch's test first reaches
     80%: checked against a direct simulation at that n and one seed fewer."""

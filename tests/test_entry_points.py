@@ -115,6 +115,7 @@ def test_an_experiment_yaml_cannot_name_another_experiments_store(tmp_path, cli_
         "name for this sweep's store")
 
 
+@pytest.mark.slow  # a dry run: ~5 s
 def test_a_named_sweep_may_keep_its_runs_under_a_new_name(tmp_path, cli_env):
     res = sweep(["smoke", *smoke_args(tmp_path / "results"), "experiment=my_smoke",
                  "dry_run=true"], cli_env, tmp_path)

@@ -4,6 +4,7 @@ infeasible; README's two-map example runs as written."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import PYTHON, run_cmd
 
 TWO_MAPS = ["experiment=two_maps", "seed=1,2,3", "search=bisect", "n_keys=4,256",
@@ -26,6 +27,7 @@ def test_a_fixed_nu_that_cannot_reach_d_dot_is_refused_in_the_dry_run(tmp_path, 
     assert len(res.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a search dry run: ~7 s
 def test_readmes_two_map_example_plans_both_maps_and_counts_its_series(tmp_path, cli_env):
     """README's example as written plans DPFP-2 and ELU+1; the search counts its series as
     configurations and seeds ("6 configurations x seeds" meant 6 series)."""
@@ -47,6 +49,7 @@ def test_cfg_job_on_a_swept_axis_shows_its_first_point(tmp_path, cli_env):
     assert "\nseed: 1\n" in res.stdout and "--multirun" not in res.output
 
 
+@pytest.mark.slow  # two CLI calls on a synthetic store: ~9 s
 def test_compare_prints_each_views_difference_with_welchs_interval(tmp_path, cli_env):
     """Two configurations of a synthetic store, 3 seeds each: the loss view's line is the
     difference of mean failure points with scipy's Welch interval at 97.5%, read from the same

@@ -52,6 +52,7 @@ def test_workers_are_capped_by_jobs_memory_and_a_gpu():
     assert workers.workers(jobs=0, cores=2) == 1
 
 
+@pytest.mark.slow  # two dry runs: ~10 s
 def test_a_dry_run_names_one_worker_per_usable_core(tmp_path, cli_env):
     """The default launcher, on this machine as the user gets it (no test's cap), and under
     ``taskset -c 0``: the dry run names the workers it would start."""
