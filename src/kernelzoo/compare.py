@@ -62,7 +62,7 @@ def main(argv=None) -> None:
     n_a, n_b = found[0].n_a, found[0].n_b
     print(f"{args.a} ({plural(n_a, 'seed')}) against {args.b} ({plural(n_b, 'seed')}): "
           f"difference of mean failure points, {args.a} minus {args.b}, with Welch's "
-          f"{LEVEL:.0%} interval")
+          f"{100 * LEVEL:g}% interval")
     for d in found:
         print(f"- {VIEW_WORDS[d.view]}: {words(d, args.a, args.b)}")
 
