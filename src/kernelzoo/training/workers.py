@@ -96,8 +96,8 @@ def usable_cores(proc: Path = PROC, root: Path = ROOT) -> int:
     LOKY_MAX_CPU_COUNT) and its own cgroup's quota (``cpu_quota``, rounded up); at least 1."""
     from joblib import cpu_count
 
-    quota = cpu_quota(proc, root)
-    return max(1, min(cpu_count(), math.ceil(quota) if quota else cpu_count()))
+    cores, quota = cpu_count(), cpu_quota(proc, root)
+    return max(1, min(cores, math.ceil(quota)) if quota else cores)
 
 
 def workers(jobs: int, cores: int, job_bytes: int = 0, memory: int | None = None,
