@@ -137,7 +137,8 @@ def test_case_lists():
 
 from kernelzoo.maps import catalog  # noqa: E402
 from kernelzoo.maps import base as fm  # noqa: E402
-from kernelzoo.core import memory  # noqa: E402
+from kernelzoo.core.rules import delta  # noqa: E402
+from kernelzoo.core.rules.base import recurrent_state  # noqa: E402
 from kernelzoo.maps import random_features  # noqa: E402
 
 
@@ -261,8 +262,8 @@ def test_delta_direct_read_equals_the_loop(L, queries):
     v = torch.randn(2, L, 5, generator=g, dtype=torch.float64)
     beta = torch.sigmoid(torch.randn(2, L, generator=g, dtype=torch.float64))
     k, q = k / k.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
-    fast = _value_and_grads(memory._delta_read_direct, k, v, q, beta)
-    loop = _value_and_grads(lambda k, v, q, b: q @ memory._recurrent_state(k, v, b, "delta").transpose(1, 2),
+    fast = _value_and_grads(delta.read_direct, k, v, q, beta)
+    loop = _value_and_grads(lambda k, v, q, b: q @ recurrent_state(delta.RULE, k, v, b, None).transpose(1, 2),
                             k, v, q, beta)
     for a, b in zip(fast, loop):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

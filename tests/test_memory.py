@@ -10,7 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelzoo.core import fwm, memory
+from kernelzoo.core import memory
+from kernelzoo.core.rules import fwm
+from kernelzoo.core.rules.base import recurrent_state
 from kernelzoo.core.memory import NORMALISATIONS, read, read_reference, softmax_read
 
 DEVICE = torch.device(os.environ.get("KERNELZOO_TEST_DEVICE", "cpu"))
@@ -154,7 +156,7 @@ def test_fwm_chunked_state_matches_the_loop(dtype, key_scale):
         w = torch.randn(B, d_v, D, dtype=dtype, generator=torch.Generator().manual_seed(1)).to(DEVICE)
         results = []
         for state in (fwm.state(phi_k, v, beta, chunk),
-                      memory._recurrent_state(phi_k, v, beta, "fwm")):
+                      recurrent_state(fwm.RULE, phi_k, v, beta, None)):
             results.append([state, *torch.autograd.grad((state * w).sum(), (phi_k, v, beta))])
         for a, b in zip(*results):
             assert torch.isfinite(a).all()
@@ -173,7 +175,7 @@ def test_fwm_state_with_float32_log_scales_as_on_mps(monkeypatch):
         w = torch.randn(B, d_v, D, generator=torch.Generator().manual_seed(1)).to(DEVICE)
         results = []
         for state in (fwm.state(phi_k, v, beta, chunk),
-                      memory._recurrent_state(phi_k, v, beta, "fwm")):
+                      recurrent_state(fwm.RULE, phi_k, v, beta, None)):
             results.append([state, *torch.autograd.grad((state * w).sum(), (phi_k, v, beta))])
         for a, b in zip(*results):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * b.abs().max().item())
@@ -188,7 +190,7 @@ def test_fwm_read_uses_the_chunked_state_for_a_large_state(monkeypatch):
         kw = dict(update_rule="fwm", beta=beta)
         y = read(phi_k * 8, v, phi_q, chunk_size=8, **kw)
         torch.testing.assert_close(y, read_reference(phi_k * 8, v, phi_q, **kw))
-    assert B * D * d_v == memory.FWM_CHUNKED_FROM and len(calls) == 1
+    assert B * D * d_v == fwm.CHUNKED_FROM and len(calls) == 1
 
 
 # --- delta-rule properties -----------------------------------------------------------------
@@ -255,7 +257,7 @@ def test_softmax_read_large_scale_retrieves_matching_value():
 @pytest.mark.parametrize("fn", [read, read_reference])
 def test_invalid_strings_raise(fn):
     phi_k, v, phi_q, beta = (x.detach() for x in _inputs(1, 4, 1, 3, 2, torch.float32))
-    with pytest.raises(ValueError, match="'hebb'.*sum.*delta.*fwm"):
+    with pytest.raises(ValueError, match="'hebb'.*delta, fwm, gated_delta, sum"):
         fn(phi_k, v, phi_q, update_rule="hebb")
     with pytest.raises(ValueError, match="'softmax'.*attention.*sum.*none"):
         fn(phi_k, v, phi_q, normalisation="softmax")

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from kernelzoo.maps import random_features
 from kernelzoo.maps.catalog import build_feature_map
+from kernelzoo.core import rules
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
 from kernelzoo.core.reference import reference_eval_forward, reference_forward
 from kernelzoo.core.task import RetrievalTask
@@ -43,6 +44,7 @@ CONFIGS = [
     ("dpfp2-sum-sum", "dpfp", {"nu": 2}, 4, "sum", "sum", 1e-6),
     ("dpfp2-sum-none", "dpfp", {"nu": 2}, 4, "sum", "none", 0.0),
     ("dpfp2-delta", "dpfp", {"nu": 2}, 4, "delta", "sum", 1e-6),
+    ("elu-gated_delta", "elu", {}, 6, "gated_delta", "sum", 0.0),
     ("dpfp2-fwm", "dpfp", {"nu": 2}, 4, "fwm", "sum", 0.0),
     ("favor-pos-sum-attention", "favor", {"m": 8, "variant": "positive"}, 4, "sum", "attention", 0.0),
     ("favor-pos-sum-sum", "favor", {"m": 8, "variant": "positive"}, 4, "sum", "sum", 0.0),
@@ -141,8 +143,7 @@ def test_fast_path_equals_reference(config, setting, queries, dtype):
         rtol, atol = 1e-3, 1e-4
     assert_close_scaled(y_fast, y_ref, rtol, atol, "output")
     expected_params = {"embedding.weight", "W_k.weight", "W_k.bias", "W_q.weight", "W_q.bias"}
-    if config[4] in ("delta", "fwm"):
-        expected_params |= {"W_beta.weight", "W_beta.bias"}
+    expected_params |= {f"W_{g}.{p}" for g in rules.get(config[4]).gates for p in ("weight", "bias")}
     assert set(g_ref) == expected_params
     # some gradients vanish identically (e.g. b_k under softmax, which is shift-invariant):
     # their tolerance is scaled by the largest gradient entry of the model
@@ -296,7 +297,7 @@ def test_linear_attention_init_is_uniform_1_over_sqrt_dkey(name, params):
         assert abs(w.abs().mean().item() - bound / 2) < 0.06 * bound  # ... E|w| = bound / 2
         # bias: PyTorch's default Linear init, U(-1/sqrt(fan_in), 1/sqrt(fan_in))
         assert lin.bias.detach().abs().max() <= 1 / math.sqrt(lin.in_features)
-    assert model.W_beta is None
+    assert not hasattr(model, "W_beta")
 
 
 def test_softmax_init_is_xavier_uniform():
@@ -308,21 +309,22 @@ def test_softmax_init_is_xavier_uniform():
         assert w.abs().max() <= xavier
         assert w.abs().max() > 0.95 * xavier  # not the (smaller) default Linear init either
         assert abs(w.abs().mean().item() - xavier / 2) < 0.06 * xavier
-    assert model.W_beta is None
+    assert not hasattr(model, "W_beta")
 
 
-@pytest.mark.parametrize("rule", ["sum", "delta", "fwm"])
-def test_beta_projection_only_for_delta_and_fwm(rule):
+@pytest.mark.parametrize("rule", ["sum", "delta", "fwm", "gated_delta"])
+def test_a_gate_projection_for_each_gate_of_the_rule(rule):
+    """beta for delta, fwm and gated_delta, alpha (its bias at ALPHA_BIAS) for gated_delta."""
     model, S, d = init_model("elu", {}, rule)
     names = {n for n, _ in model.named_parameters()}
     base = {"embedding.weight", "W_k.weight", "W_k.bias", "W_q.weight", "W_q.bias"}
-    if rule == "sum":
-        assert model.W_beta is None
-        assert names == base  # no value embedding or value projection is trained
-    else:
-        assert model.W_beta.in_features == S + int(2 * S * 1.1)
-        assert model.W_beta.out_features == 1
-        assert names == base | {"W_beta.weight", "W_beta.bias"}
+    gates = {"sum": (), "delta": ("beta",), "fwm": ("beta",), "gated_delta": ("beta", "alpha")}
+    assert names == base | {f"W_{g}.{p}" for g in gates[rule] for p in ("weight", "bias")}
+    for g in gates[rule]:
+        lin = model.get_submodule(f"W_{g}")
+        assert (lin.in_features, lin.out_features) == (S + int(2 * S * 1.1), 1)
+    if rule == "gated_delta":
+        assert model.W_alpha.bias.item() == 5.0
 
 
 def test_random_feature_projection_is_not_a_parameter():

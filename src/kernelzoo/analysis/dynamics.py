@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kernelzoo.core.memory import has_denominator
+from kernelzoo.core import rules
 
 LEARNED = 0.99   # eval accuracy that counts as learned
 CHANCE = 2.0     # never learned: accuracy never above CHANCE / n_keys
@@ -36,7 +36,7 @@ def diagnose(curve: pd.DataFrame, n_keys: int, final_accuracy: float,
              denominator: bool = True) -> RunDynamics:
     """The module docstring's diagnoses of one run (``curve``: curve.csv's columns); a training
     loss above BLOW_UP is the denominator's doing only where the memory has one
-    (``denominator``: ``core.memory.has_denominator``)."""
+    (``denominator``: ``UpdateRule.has_denominator``)."""
     accuracy = curve["eval_accuracy"].to_numpy(float)
     loss = curve["train_loss"].to_numpy(float)
     peak = float(np.nanmax(accuracy)) if np.isfinite(accuracy).any() else math.nan
@@ -57,7 +57,7 @@ def run_table(runs: pd.DataFrame, read) -> pd.DataFrame:
         if curve is None or curve.empty:
             continue
         found = diagnose(curve, int(run.n_keys), float(run.final_eval_accuracy),
-                         has_denominator(str(run.update_rule), str(run.normalisation)))
+                         rules.get(str(run.update_rule)).has_denominator(str(run.normalisation)))
         rows.append({"label": run.label, "seed": run.seed, "n_keys": run.n_keys, **vars(found)})
     return pd.DataFrame(rows, columns=["label", "seed", "n_keys", *RunDynamics.__annotations__])
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import math
 
-RANKED_RULES = {"sum": 0, "delta": 0, "fwm": 1}  # rule -> extra rank of its read-out
+from kernelzoo.core import rules
 
 
 def rank(d_dot, update_rule: str) -> int | None:
     """The rank r of the read-out of a map of ``d_dot`` features under ``update_rule``, or None
     (unbounded d_dot, or a rule the bound does not cover)."""
     if d_dot is None or (isinstance(d_dot, float) and not math.isfinite(d_dot)) \
-            or update_rule not in RANKED_RULES:
+            or update_rule not in rules.RULES or rules.RULES[update_rule].extra_rank is None:
         return None
     try:
-        return int(d_dot) + RANKED_RULES[update_rule]
+        return int(d_dot) + rules.RULES[update_rule].extra_rank
     except (TypeError, ValueError):  # pandas' NA
         return None
 

@@ -33,8 +33,20 @@ import math
 import pandas as pd
 
 from kernelzoo.analysis import rank_bound
+from kernelzoo.core import rules
 
 ORDER = {"never_fails": 2, "fails_at": 1, "plateau": 1, "fails_everywhere": 0, "no_data": -1}
+
+
+def layer_norm(update_rule: pd.Series) -> pd.Series:
+    """Whether each row's rule reads out by a LayerNorm (``UpdateRule.layer_norm``: fwm), whose
+    loss has a floor of 0.5 / S (module docstring)."""
+    return update_rule.map(lambda n: n in rules.RULES and rules.RULES[n].layer_norm).astype(bool)
+
+
+def only_adds(update_rule: pd.Series) -> pd.Series:
+    """Whether each row's rule only adds to the state (``UpdateRule.erases`` false: sum)."""
+    return update_rule.map(lambda n: n in rules.RULES and not rules.RULES[n].erases).astype(bool)
 
 
 def fwm_floor(n_keys: int, d_dot=None, replacement: bool = True, max_queries: int = 200,

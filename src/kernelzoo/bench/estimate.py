@@ -20,6 +20,7 @@ import torch
 
 from kernelzoo.bench import report as bench_report
 from kernelzoo.config import CONF
+from kernelzoo.core import rules
 from kernelzoo.training.footprint import footprint
 
 ESTIMATE_KEYS, ESTIMATE_BATCHES = 200, (32, 256, 1024)
@@ -40,7 +41,7 @@ ESTIMATE_MAPS = {  # label -> overrides: the published maps as the figures ran t
 QUICK_ESTIMATE = {"maps": ("elu", "dpfp-1", "favor-64"), "batches": (32, 256), "n_keys": 64}
 # packs of three runs (n_keys S, 0.9 S, 0.8 S) of these maps at these batch sizes (quick: the first)
 PACKED = {"maps": ("elu", "dpfp-1"), "fractions": (0.9, 0.8), "batches": (32, 256)}
-RULES = ("sum", "delta", "fwm")
+RULES = tuple(rules.RULES)
 SHORT_RUN = ["logger=none", "trainer.progress=false", "trainer.max_steps=4",
              "trainer.eval_every=2", "trainer.checkpoint_minutes=0"]  # every phase, twice
 
@@ -49,8 +50,9 @@ def estimate_points(quick: bool = False) -> list[dict]:
     """The points of --estimate: a map label, an update rule, a batch size, n_keys and the
     n_keys of the other runs of its pack ("pack", () alone); softmax only with the sum rule (it
     has no state). Then packs of three (PACKED: n_keys S, 0.9 S and 0.8 S, as the sweeper packs
-    them) of a few maps. The delta rule's keys get key_eps 1e-6, so that a key of all-zero
-    features (relu-like maps) is no 0 / 0 in the first steps (it changes no tensor's size)."""
+    them) of a few maps. Keys get key_eps 1e-6, so that under the sum normalisation (the delta
+    rules') a key of all-zero features (relu-like maps) is no 0 / 0 in the first steps (it
+    changes no tensor's size)."""
     maps = QUICK_ESTIMATE["maps"] if quick else ESTIMATE_MAPS
     batches = QUICK_ESTIMATE["batches"] if quick else ESTIMATE_BATCHES
     n_keys = QUICK_ESTIMATE["n_keys"] if quick else ESTIMATE_KEYS
@@ -60,7 +62,7 @@ def estimate_points(quick: bool = False) -> list[dict]:
              "pack": pack}
             for pack, chosen, sizes in (((), maps, batches), (others, PACKED["maps"], packed))
             for m in chosen for rule in RULES for b in sizes
-            if not (m == "softmax" and rule != "sum")]
+            if not (m == "softmax" and not rules.RULES[rule].by_scores)]
 
 
 def point_overrides(point: dict, n_keys: int | None = None) -> list[str]:
@@ -70,7 +72,7 @@ def point_overrides(point: dict, n_keys: int | None = None) -> list[str]:
     members = ",".join(f"[{n},{i + 2}]" for i, n in enumerate(pack))
     return [*ESTIMATE_MAPS[point["feature_map"]], f"memory={rule}",
             f"n_keys={n_keys or point['n_keys']}", f"trainer.batch_size={point['batch_size']}",
-            *(["memory.key_eps=1e-6"] if rule == "delta" else []),
+            "memory.key_eps=1e-6",
             *([f"pack_members=[{members}]", f"trainer.pack={1 + len(pack)}"] if pack else [])]
 
 

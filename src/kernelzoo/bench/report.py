@@ -63,7 +63,7 @@ def _span(values, fmt: str) -> str:
 def notes(rows: list[dict], eval_flop_ratio=None) -> list[str]:
     """What the table's numbers mean, each quoted from ``rows`` (eval_flop_ratio: as in
     ``targets``; without it the evaluation note is left out)."""
-    from kernelzoo.core import memory
+    from kernelzoo.core.rules import fwm
     from kernelzoo.training import packing
 
     train = [r for r in rows if r["case"] == "train_step"]
@@ -110,7 +110,7 @@ def notes(rows: list[dict], eval_flop_ratio=None) -> list[str]:
     if any(r["case"].startswith("fwm") for r in rows):
         out.append("Rows `fwm` and `fwm_read` (DPFP-1, Setting 2): the literal loop updates the "
                    "whole (B, d_v, D) state at every write and autograd keeps each one; "
-                   f"`fwm.state` (what `memory.read` uses from {memory.FWM_CHUNKED_FROM} state "
+                   f"`fwm.state` (what `memory.read` uses from {fwm.CHUNKED_FROM} state "
                    "entries) forms the state once per chunk of `chunk_size` writes "
                    "(`conf/memory/fwm.yaml`) and loops over (B, d_v) vectors in between, its "
                    "backward written out. A write is a sequential step of small operations, so "

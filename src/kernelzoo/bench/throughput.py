@@ -129,10 +129,10 @@ def setup(row: dict, side: str, device: torch.device):
         return evaluation, model
     b = task.train_batch(BATCH)
     if row["case"].endswith("_read"):
-        k, q, beta = model.keys_and_query(b.keys, b.values, b.query)
+        k, q, gates = model.keys_and_query(b.keys, b.values, b.query)
         fk, fq = (model.phi(x).detach().requires_grad_() for x in (k, q))
         v = torch.nn.functional.one_hot(b.values, S).to(fk.dtype)
-        beta = beta.detach().requires_grad_()
+        beta = gates["beta"].detach().requires_grad_()
         read = memory.read if side == "kernelzoo" else memory.read_reference
         kw = dict(mem, beta=beta)
         if side == "baseline":
@@ -196,7 +196,7 @@ def floor_ms(row: dict, model: RetrievalModel, gflops: float, gbs: float) -> flo
     rate plus the bytes it must move at the measured bandwidth. Counted: the projections of
     the key table (and of the queries), FAVOR+'s projection of every key and query, the
     feature-space products phi(q).phi(k) (softmax: q.k); for the delta rule the Gram matrix
-    K K^T, its gradient and the triangular solve of `memory._delta_read_direct`, and its
+    K K^T, its gradient and the triangular solve of `rules.delta.read_direct`, and its
     L x L system moved ~6 times; for the fwm rule v_bar = W k and the update u k^T at every
     write (B L D d_v multiply-adds each), forward and twice that backward. Bytes of a training
     step: Adam (read p, g, m, v; write p, m, v, g) and the keys (B, L, d_key) written and read

@@ -35,7 +35,6 @@ from collections import Counter
 
 import torch
 
-from kernelzoo.core.memory import divides_by_feature_sum
 
 RANK_RTOL = 1e-5  # a singular value below this times the largest counts as zero
 VANISH_RATIO = 0.1  # a written key's ||phi(k)|| below this times its sequence's median: vanished
@@ -152,8 +151,7 @@ def divergence(model, batch, step: int) -> str:
     overflow = float((~torch.isfinite(flat)).any(-1).double().mean())
     found = []
     if zero:
-        divides = divides_by_feature_sum(model.update_rule, model.normalisation) \
-            and model.key_eps == 0
+        divides = model.rule.divides_by_feature_sum(model.normalisation) and model.key_eps == 0
         found.append(f"{zero:.1%} of written keys had all-zero features"
                      + (" (the sum normalisation with key_eps = 0 makes each 0/0)"
                         if divides else ""))
@@ -162,7 +160,7 @@ def divergence(model, batch, step: int) -> str:
     if found:
         return f"{when} " + "; ".join(found)
     smallest = ""
-    if divides_by_feature_sum(model.update_rule, model.normalisation):
+    if model.rule.divides_by_feature_sum(model.normalisation):
         smallest = (f" (the smallest sum of a written key's features, which the sum "
                     f"normalisation divides by, was {float(flat.sum(-1).min()):.1e})")
     return (f"{when} parameters and written keys' features were finite and nonzero{smallest}: "

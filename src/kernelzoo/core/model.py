@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernelzoo.core import memory
+from kernelzoo.core import memory, rules
 from kernelzoo.maps.base import FeatureMap, batched_dot
 
 EMBED_FACTOR = 1.1  # the authors' embedding width, int(2S * 1.1)
@@ -40,6 +40,7 @@ class RetrievalModel(nn.Module):
         S, d_key = n_keys, phi.d_key
         self.n_keys, self.d_key, self.phi = S, d_key, phi
         self.update_rule, self.normalisation = update_rule, normalisation
+        self.rule = rules.get(update_rule)
         self.eps, self.key_eps, self.chunk_size = eps, key_eps, chunk_size
         self.softmax = phi.is_softmax
         e = int(2 * S * embed_factor)  # the authors' width, int(2S·1.1)
@@ -51,10 +52,15 @@ class RetrievalModel(nn.Module):
                 nn.init.xavier_uniform_(lin.weight)
             else:
                 nn.init.uniform_(lin.weight, -1 / math.sqrt(d_key), 1 / math.sqrt(d_key))
-        self.W_beta = nn.Linear(S + e, 1) if update_rule in ("delta", "fwm") else None
+        for gate in self.rule.gates:  # W_beta, W_alpha: gate_l = sigmoid(w . x_l + b)
+            lin = nn.Linear(S + e, 1)
+            if gate in self.rule.gate_bias:
+                nn.init.constant_(lin.bias, self.rule.gate_bias[gate])
+            self.add_module(f"W_{gate}", lin)
 
     def keys_and_query(self, keys, values, query):
-        """k (B, L, d_key), q (B, Q, d_key) and beta (B, L) or None, without one-hot inputs."""
+        """k (B, L, d_key), q (B, Q, d_key) and the rule's gates {name: (B, L)}, without one-hot
+        inputs."""
         S = self.n_keys
         table = self.embedding.weight[:S]  # key rows only
         w_val, w_emb = self.W_k.weight[:, :S], self.W_k.weight[:, S:]
@@ -63,27 +69,28 @@ class RetrievalModel(nn.Module):
             q = _gather(table @ self.W_q.weight.T, query) + self.W_q.bias
         else:
             q = F.linear(_gather(table, query), self.W_q.weight, self.W_q.bias)
-        beta = None
-        if self.W_beta is not None:
-            w = self.W_beta.weight[0]
-            beta = torch.sigmoid(_gather(table @ w[S:] + self.W_beta.bias, keys)
-                                 + _gather(w[:S], values))
-        return k, q, beta
+        gates = {}
+        for gate in self.rule.gates:
+            lin = self.get_submodule(f"W_{gate}")
+            w = lin.weight[0]
+            gates[gate] = torch.sigmoid(_gather(table @ w[S:] + lin.bias, keys)
+                                        + _gather(w[:S], values))
+        return k, q, gates
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor):
         """Outputs y (B, Q, S) for query keys (B, Q) after the sequence (keys, values) (B, L)."""
-        k, q, beta = self.keys_and_query(keys, values, query)
+        k, q, gates = self.keys_and_query(keys, values, query)
         if not self.softmax:
             self.phi.maybe_redraw()  # one projection shared by keys and query in this pass
-        return read_out([self.phi], k, q, beta, values, self.n_keys, self.update_rule,
+        return read_out([self.phi], k, q, gates, values, self.n_keys, self.update_rule,
                         self.normalisation, self.eps, self.key_eps, self.chunk_size)
 
 
-def read_out(phis: list[FeatureMap], k, q, beta, values, n_values: int, update_rule: str,
+def read_out(phis: list[FeatureMap], k, q, gates, values, n_values: int, update_rule: str,
              normalisation: str, eps: float, key_eps: float, chunk_size: int,
              mask: torch.Tensor | None = None, value_mask: torch.Tensor | None = None):
     """The read-out after the projections: y (B, Q, n_values) from k (B, L, d_key), q (B, Q,
-    d_key), beta (B, L) or None and the values (B, L).
+    d_key), the rule's gates {name: (B, L)} and the values (B, L).
 
     ``phis`` is one map for the whole batch, or one per equal slice of it (the runs of a pack,
     ``pack.py``, when their maps hold parameters or a projection). ``mask`` (B, L) marks real
@@ -95,13 +102,13 @@ def read_out(phis: list[FeatureMap], k, q, beta, values, n_values: int, update_r
         if mask is not None:
             logits = logits.masked_fill(~mask.unsqueeze(1), -math.inf)
         return _scatter(torch.softmax(logits, dim=-1), values, n_values)
-    if update_rule != "sum":
+    if not rules.get(update_rule).by_scores:
         fk = _each(phis, lambda f, x: f(x), k)
         fq = _each(phis, lambda f, x: f(x, is_query=True), q)
         v = _one_hot(values, n_values, fk.dtype)
         return memory.read(fk, v, fq, update_rule=update_rule, normalisation=normalisation,
-                           beta=beta, eps=eps, key_eps=key_eps, chunk_size=chunk_size,
-                           mask=mask, value_mask=value_mask)
+                           eps=eps, key_eps=key_eps, chunk_size=chunk_size,
+                           mask=mask, value_mask=value_mask, **gates)
     scores = _each(phis, lambda f, k_, q_: f.scores(k_, q_, normalise=normalisation == "sum",
                                                      eps=eps, key_eps=key_eps), k, q)  # (B, Q, L)
     if mask is not None:

@@ -30,7 +30,7 @@ def reference_forward(model: RetrievalModel, keys, values, query):
         return torch.einsum("bql,blv->bqv", a, v)
     model.phi.maybe_redraw()
     fk, fq = model.phi(k), model.phi(q, is_query=True)
-    if model.update_rule == "sum":
+    if model.rule.by_scores:  # the sum rule, as the spec writes it
         if model.normalisation == "sum":
             fk = fk / (fk.sum(-1, keepdim=True) + model.key_eps)
             fq = fq / (fq.sum(-1, keepdim=True) + model.eps)
@@ -40,10 +40,11 @@ def reference_forward(model: RetrievalModel, keys, values, query):
             z = fk.sum(dim=1)  # z = Σ_l φ(k_l)
             y = y / (torch.einsum("bd,bqd->bq", z, fq).unsqueeze(-1) + model.eps)
         return y
-    beta = torch.sigmoid(model.W_beta(x)).squeeze(-1)  # beta_l = sigmoid(w_b · x_l + b)
+    gates = {g: torch.sigmoid(model.get_submodule(f"W_{g}")(x)).squeeze(-1)  # sigmoid(w · x_l + b)
+             for g in model.rule.gates}
     return memory.read_reference(fk, v, fq, update_rule=model.update_rule,
-                                 normalisation=model.normalisation, beta=beta, eps=model.eps,
-                                 key_eps=model.key_eps)
+                                 normalisation=model.normalisation, eps=model.eps,
+                                 key_eps=model.key_eps, **gates)
 
 
 def reference_eval_forward(model: RetrievalModel, keys, values, query):

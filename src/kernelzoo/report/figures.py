@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from kernelzoo.analysis import efficiency, scaling
+from kernelzoo.analysis import efficiency, scaling, update_rules
 from kernelzoo.analysis.capacity import SUFFIX, VIEW_WORDS, VIEWS, interval_words
 from kernelzoo.analysis.efficiency import efficiency_table
 from kernelzoo.analysis.intervals import describe
@@ -38,7 +38,7 @@ def observed_vs_predicted(capacity: pd.DataFrame, colors: dict, threshold: float
     0.5 / S: ``update_rules``), with a note."""
     fig = Figure(figsize=(7, 5.5))
     ax = fig.add_subplot()
-    fwm = capacity["update_rule"].eq("fwm")
+    fwm = update_rules.layer_norm(capacity["update_rule"])
     rows = capacity[capacity["predicted_capacity"].notna()
                     & ~capacity["outcome"].isin(("no_data", "not_searched")) & ~fwm]
     kinds = set()
@@ -118,7 +118,7 @@ def capacity_efficiency(capacity: pd.DataFrame, seeds: pd.DataFrame, colors: dic
     kinds, outcomes, dotted = set(), set(), False
     for ax, view in zip(axes, views):
         rows, s = table[table["view"] == view], SUFFIX[view]
-        left_out = natural(rows.loc[rows["update_rule"].eq("fwm"), "label"]) \
+        left_out = natural(rows.loc[update_rules.layer_norm(rows["update_rule"]), "label"]) \
             if view == "loss" else []
         rows = rows[~rows["label"].isin(left_out)]
         for i, r in enumerate(rows.itertuples()):
@@ -249,7 +249,7 @@ def all_figures(runs: pd.DataFrame, seeds: pd.DataFrame, capacity: pd.DataFrame,
     configuration on one axis, is drawn only beside them where it shows what they do not: fwm
     against its own floor, or the authors' published losses on at most MAX_SERIES lines."""
     colors = family_colors_of(capacity, families)
-    one_axis = runs["update_rule"].eq("fwm").any() or (
+    one_axis = update_rules.layer_norm(runs["update_rule"]).any() or (
         len(published) > 0 and capacity["label"].nunique() <= MAX_SERIES)
     maps, omitted = ([], []) if search else heatmaps(runs, threshold, out_dir)
     scaled = any(f.points["d_dot"].nunique() >= 2 for f in families)

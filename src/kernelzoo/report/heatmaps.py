@@ -24,6 +24,7 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
+from kernelzoo.analysis import update_rules
 from kernelzoo.analysis.labels import dkey, natural_key
 from kernelzoo.report.style import DISPLAY_FLOOR, save
 
@@ -100,7 +101,7 @@ def heatmaps(runs: pd.DataFrame, threshold: float, out_dir: Path) -> tuple[list[
     """``heatmap_<map>.png`` (and .svg) for each map run at >= 2 values of d_dot whose cells
     show a boundary (see the module docstring), fwm left out, on one shared colour scale;
     returns the paths and one line per map or rule left out."""
-    fwm = runs["update_rule"].eq("fwm")
+    fwm = update_rules.layer_norm(runs["update_rule"])
     feasible = runs[(runs["status"] != "infeasible") & ~fwm]
     drawn, omitted = [], []
     if fwm.any():

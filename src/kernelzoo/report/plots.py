@@ -240,7 +240,7 @@ def loss_vs_keys(runs: pd.DataFrame, capacity: pd.DataFrame, published: pd.DataF
     rank bound; runs stopped by the step cap ringed; the authors' published losses and failure
     points of the matching configurations hollow, on thin dashed lines. The fwm configurations
     get a panel of their own below, against their own floor (``draw_fwm_loss``)."""
-    fwm = runs["update_rule"].eq("fwm")
+    fwm = update_rules.layer_norm(runs["update_rule"])
     x_max = runs["n_keys"].max() * 1.05
     if not fwm.any():
         fig = Figure(figsize=(9, 5.5))

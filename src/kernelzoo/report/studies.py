@@ -44,7 +44,7 @@ def sum_rule_lines(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """Per sum-rule configuration trained with replacement: does it retrieve at all?"""
     replaced = runs[runs["task"] == "update"]
     lines = []
-    for r in capacity[capacity["update_rule"] == "sum"].itertuples():
+    for r in capacity[update_rules.only_adds(capacity["update_rule"])].itertuples():
         if r.label not in set(replaced["label"]):
             continue
         if r.outcome_acc == "fails_everywhere":
@@ -82,9 +82,10 @@ def update_rule_section(capacity: pd.DataFrame, runs: pd.DataFrame) -> list[str]
     lines = ["## Update rules", "", "| map | rank | update rule | d_dot | failure point (accuracy) | outcome | "
              "ratio to d_dot | distinct keys there (/ d_dot) | failure point (loss) | keys "
              "retrieved |", "|---|---|---|---|---|---|---|---|---|---|"]
+    normed = set(found.loc[update_rules.layer_norm(found["update_rule"]), "update_rule"])
     for r in found.itertuples():
         loss = f"{cell(r.observed_capacity)} ({r.outcome})" + (
-            " (LayerNorm output: at least 0.5 / S)" if r.update_rule == "fwm" else "")
+            " (LayerNorm output: at least 0.5 / S)" if r.update_rule in normed else "")
         ratio = r.observed_capacity_acc / r.d_dot if pd.notna(r.d_dot) else math.nan
         lines.append(f"| {r.map} | {r.rank} | {r.update_rule} | {cell(r.d_dot)} | {_accuracy_point(r)} "
                      f"| {r.outcome_acc} | {cell(ratio, 2)} | {_distinct_at_failure(r, runs)} "

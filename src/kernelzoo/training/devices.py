@@ -18,7 +18,7 @@ import torch
 
 from kernelzoo import config
 from kernelzoo.config import UsageError
-from kernelzoo.core.memory import divides_by_feature_sum
+from kernelzoo.core import rules
 from kernelzoo.training.footprint import footprint
 from kernelzoo.training.workers import process_limit
 from kernelzoo.config.words import plural
@@ -151,7 +151,7 @@ def flushes_denormals(setting: str, update_rule: str, normalisation: str, traini
     """Whether ``trainer.flush_denormal`` has a pack's CPU arithmetic flush denormal floats to 0,
     in its training steps (``training``) or else (evaluations, diagnostics).
 
-    ``auto`` flushes
+    ``auto`` asks the rule (``UpdateRule.flushes_denormals``), which flushes
 
     - the fwm rule, always: each write takes its key's direction out of the state and divides
       by the norm, so entries of values not written again decay below 1e-38 beside entries near
@@ -164,11 +164,10 @@ def flushes_denormals(setting: str, update_rule: str, normalisation: str, traini
       Evaluations keep IEEE gradual underflow: outputs that small still rank the values for
       accuracy.
 
-    The delta rule and sum normalisation keep IEEE gradual underflow: there a number that small
+    The delta rules (delta, gated_delta) and sum normalisation keep IEEE gradual underflow: there a number that small
     is part of what a run measures (a sum-normalised key of underflowed features is 0 / 0 when
     flushed; FAVOR+'s exp features reach 1e-43 before its delta-rule runs divide 0 by 0,
     results/reference/figure3)."""
     if setting != "auto":
         return setting == "true"
-    return update_rule == "fwm" or (training and update_rule == "sum"
-                                    and not divides_by_feature_sum(update_rule, normalisation))
+    return rules.get(update_rule).flushes_denormals(training, normalisation)

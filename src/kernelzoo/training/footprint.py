@@ -15,7 +15,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelzoo.core.memory import FWM_CHUNKED_FROM, delta_direct_is_cheaper, divides_by_feature_sum
+from kernelzoo.core import rules
 from kernelzoo.core.model import EMBED_FACTOR
 from kernelzoo.maps import base as feature_maps
 
@@ -169,8 +169,8 @@ def _measure_map(phi, path, grad, dtype, sliced, normalise) -> MapCost:
 def parameter_count(n_keys: int, d_key: int, update_rule: str) -> tuple[int, int]:
     """(all, the embedding's) parameters of ``model.RetrievalModel`` but its map's."""
     S, e = n_keys, int(2 * n_keys * EMBED_FACTOR)
-    beta = S + e + 1 if update_rule != "sum" else 0
-    return 2 * S * e + (S + e + 1) * d_key + (e + 1) * d_key + beta, 2 * S * e
+    gates = (S + e + 1) * len(rules.get(update_rule).gates)  # W_beta (and W_alpha)
+    return 2 * S * e + (S + e + 1) * d_key + (e + 1) * d_key + gates, 2 * S * e
 
 
 def footprint(phi, mem, tr, runs: list[tuple[int, int, int]], device_type: str = "cpu") -> dict:
@@ -193,25 +193,25 @@ def footprint(phi, mem, tr, runs: list[tuple[int, int, int]], device_type: str =
     tests/test_memory_estimate.py holds it to."""
     dtype = getattr(torch, tr.dtype)
     b = torch.finfo(dtype).bits // 8
-    rule, d, R, B = mem.update_rule, phi.d_key, len(runs), tr.batch_size
+    rule, d, R, B = rules.get(mem.update_rule), phi.d_key, len(runs), tr.batch_size
     S, L = max(r[0] for r in runs), max(r[1] for r in runs)
     D = 0 if phi.is_softmax else phi.width
     N, NL = R * B, R * B * L
     sliced = device_type == "cpu"
-    normalise = divides_by_feature_sum(rule, mem.normalisation)
-    gated = rule != "sum"  # beta: W_beta, its two gathers and sigmoid
+    normalise = rule.divides_by_feature_sum(mem.normalisation)
+    gated = len(rule.gates)  # a gate: W_beta (W_alpha), its two gathers and sigmoid
     own_map = any(True for _ in phi.parameters()) or any(True for _ in phi.buffers())
     map_numbers = sum(p.numel() for p in phi.parameters()) * (R if own_map else 1)
-    padded, embedding = parameter_count(S, d, rule)
-    models = sum(parameter_count(n, d, rule)[0] for n, _, _ in runs)
+    padded, embedding = parameter_count(S, d, rule.name)
+    models = sum(parameter_count(n, d, rule.name)[0] for n, _, _ in runs)
     models += sum(x.numel() for x in phi.buffers()) * (R if own_map else 1)
     trained = R * padded + map_numbers  # what Adam trains (Pack.parameters)
     held = (models + map_numbers + R * padded + 3 * trained) * b  # + gradients, 2 moments
 
     # the training step (Pack.losses and its backward) over N sequences of L keys
     ints = (6 + 2 * gated) * I64 * NL  # batches, stacked keys and values, gather indices
-    kept_ints = (2 + 2 * gated + (rule == "sum")) * I64 * NL  # indices its backward keeps
-    beta = NL * b if gated else 0
+    kept_ints = (2 + 2 * gated + rule.by_scores) * I64 * NL  # indices its backward keeps
+    beta = gated * NL * b
     gathered = 3 * NL * d * b + 2 * beta  # k = two gathers and their sum (model._gather)
     k = NL * d * b  # alive through read_out
     loss = N * S * (I64 + b)  # retrieval_loss: one_hot (int64) and its copy in dtype
@@ -219,7 +219,7 @@ def footprint(phi, mem, tr, runs: list[tuple[int, int, int]], device_type: str =
         kept = k + 2 * NL * b
         forward = [gathered, kept + NL * b, kept + N * S * b + loss]
         backward = [kept + k + 2 * NL * b]
-    elif rule == "sum":  # FeatureMap.scores, then the scatter of model._scatter
+    elif rule.by_scores:  # FeatureMap.scores, then the scatter of model._scatter
         cost = map_costs(phi, "scores", True, dtype, sliced, normalise)
         transient = cost.slice * cost.slice_rows(NL, L)
         kept = cost.at("kept", NL, N) + NL * b * (1 + (R > 1))
@@ -232,39 +232,11 @@ def footprint(phi, mem, tr, runs: list[tuple[int, int, int]], device_type: str =
         features = cost.at("kept", NL, N) + NL * D * b  # phi(k) and what its backward keeps
         v = NL * S * b  # model._one_hot
         base = beta + features + v + (2 * NL * D * b + beta if R > 1 else 0)  # masked copies
-        if rule == "delta":
-            normed = (NL * D + NL) * b if normalise else 0  # sum_normalise and its sums
-            base += normed
-            if delta_direct_is_cheaper(L, 1, D, S, mem.chunk_size):  # _delta_read_direct
-                square = N * L * L * b  # gram, its product with beta, its upper triangle
-                read = [base + k + 3 * square]
-                kept = base + 2 * square
-                back = [base - v + 4 * square + NL * D * b,  # solve_triangular's, the Gram's
-                        beta + features + 5 * NL * D * b]  # sum_normalise's (DivBackward)
-            else:  # _delta_state_chunked, every chunk's state kept for the backward
-                C = min(mem.chunk_size, L)
-                n = math.ceil(L / C)
-                state, system = N * S * D * b, N * n * C * (S + D) * b
-                pads = N * n * C * (S + D + 1) * b if n * C > L else 0
-                solve = base + k + pads + 3 * N * n * C * C * b + 2 * system
-                kept = (base + pads + N * n * C * C * b + system + (n + 1) * state
-                        + n * N * C * S * b)
-                read, back = [solve, kept + k + 2 * state], [kept + 2 * state + system]
-        else:  # the fwm rule: fwm.state, or the literal loop for a small state
-            state = N * S * D * b
-            if N * D * S >= FWM_CHUNKED_FROM:
-                C = min(mem.chunk_size, L)
-                n = math.ceil(L / C)
-                written = 2 * NL * S * b + NL * (F64 + b + 1) + (n + 1) * state  # ctx's tensors
-                read = [base + k + written + state + N * C * (2 * S + C) * b]
-                kept = base + written + N * S * b
-                # the state's gradient as it comes, contiguous, and scaled; the keys'; a chunk's
-                back = [base + written + 3 * state + NL * (D + 1) * b
-                        + N * C * (D + 3 * S + 5 * C) * b]
-            else:
-                read = [base + k + 2 * L * state]
-                kept = base + 2 * L * state
-                back = [kept + 2 * state]
+        if normalise:
+            base += (NL * D + NL) * b  # sum_normalise and its sums
+        read, kept, back = rule.train_bytes(rules.Sizes(
+            N=N, L=L, Q=1, D=D, S=S, b=b, chunk_size=mem.chunk_size, normalise=normalise,
+            base=base, keys=k, values=v, gates=beta, features=features))
         forward = [gathered, beta + cost.at("peak", NL, N), *read, kept + N * S * b + loss]
         backward = [*back, beta + features + cost.at("backward", NL, N)]
     parameter_grads = (trained + 2 * R * embedding) * b  # the embedding's two gradients, summed
@@ -296,7 +268,7 @@ def footprint(phi, mem, tr, runs: list[tuple[int, int, int]], device_type: str =
         phases["diagnostics"] = max(phases["diagnostics"], held + batch + diagnostics)
         if tr.checkpoint_minutes is not None:
             phases["checkpoint"] = max(phases["checkpoint"],
-                                       held + 4 * parameter_count(n_keys, d, rule)[0] * b)
+                                       held + 4 * parameter_count(n_keys, d, rule.name)[0] * b)
     return {phase: round(held + (total - held) * (1 + MARGIN)) if total > held else round(total)
             for phase, total in phases.items()}
 
@@ -304,15 +276,15 @@ def footprint(phi, mem, tr, runs: list[tuple[int, int, int]], device_type: str =
 def _evaluation(phi, mem, dtype, sliced, b, S, L, N, Q) -> float:
     """The peak of a forward without gradients of one run's model (S keys) over N sequences of
     L keys and Q queries each (``RetrievalModel.forward``), its output included."""
-    rule, d = mem.update_rule, phi.d_key
+    rule, d = rules.get(mem.update_rule), phi.d_key
     D = 0 if phi.is_softmax else phi.width
     NL, y = N * L, N * Q * S * b
     gathered = 3 * NL * d * b + N * Q * d * b
     k = NL * d * b + N * Q * d * b  # keys and queries, alive through read_out
     if phi.is_softmax:
         return max(gathered, k + 2 * N * Q * L * b + y)
-    if rule == "sum":
-        normalise = divides_by_feature_sum(rule, mem.normalisation)
+    normalise = rule.divides_by_feature_sum(mem.normalisation)
+    if rule.by_scores:
         cost = map_costs(phi, "scores", False, dtype, sliced, normalise)
         scores = N * Q * L * b
         mapped = (cost.at("peak", NL, N * Q) - NL * b + scores
@@ -322,22 +294,8 @@ def _evaluation(phi, mem, dtype, sliced, b, S, L, N, Q) -> float:
     cost = map_costs(phi, "features", False, dtype, sliced)
     mapped = cost.at("peak", NL, N) + cost.slice * cost.slice_rows(NL, L) + N * Q * D * b
     base = k + (NL + N * Q) * D * b + NL * S * b  # phi(k), phi(q), the one-hot values
-    state = N * S * D * b
-    C = min(mem.chunk_size, L)
-    n = math.ceil(L / C)
-    if rule == "delta":
-        if divides_by_feature_sum(rule, mem.normalisation):
-            base += (NL + N * Q) * D * b
-        if delta_direct_is_cheaper(L, Q, D, S, mem.chunk_size):  # _delta_read_direct
-            read = base + max(2 * N * L * L, N * L * L + 3 * N * L * Q) * b + y
-        else:  # _delta_state_chunked: its system, solved, and two states in its loop
-            system, square = N * n * C * (S + D) * b, N * n * C * C * b
-            pads = N * n * C * (S + D + 1) * b if n * C > L else 0
-            read = base + pads + 2 * system + max(2 * square,
-                                                  square + 3 * state + 2 * N * C * S * b)
-    elif N * D * S >= FWM_CHUNKED_FROM:  # fwm.state: every chunk's state, then the last
-        read = (base + (2 * NL * S + (n + 1) * N * S * D + N * C * (2 * S + C)) * b
-                + NL * (F64 + b + 1))
-    else:
-        read = base + 2 * L * state
-    return max(gathered, mapped + N * Q * d * b, read, base + state + 2 * y)
+    if normalise:
+        base += (NL + N * Q) * D * b
+    read = rule.eval_bytes(rules.Sizes(N=N, L=L, Q=Q, D=D, S=S, b=b, chunk_size=mem.chunk_size,
+                                       normalise=normalise, base=base))
+    return max(gathered, mapped + N * Q * d * b, read, base + N * S * D * b + 2 * y)

@@ -1,12 +1,12 @@
 """A pack: runs that share everything but ``seed`` and ``n_keys``, trained as one with batched ops.
 
 Each run is built exactly as it would be alone (``RetrievalModel`` after ``torch.manual_seed``
-of its seed). The pack stacks the model's own parameters (embedding, W_k, W_q, W_beta) along a
+of its seed). The pack stacks the model's own parameters (embedding, W_k, W_q, the gates W_beta, W_alpha) along a
 leading run axis, padded to the pack's largest run:
 
 - the embedding table (2S, e) becomes (2S_max, e_max): key rows [0, S) stay in place, the
   (unused) value rows move to [S_max, S_max + S), columns past e are 0;
-- W_k and W_beta (·, S + e) split into their value part [0, S) and embedding part, which moves
+- W_k and the gates (·, S + e) split into their value part [0, S) and embedding part, which moves
   to [S_max, S_max + e); W_q (d_key, e) keeps its first e columns.
 
 Padded entries are 0 and stay 0: every gradient reaching them is a product with another padded
@@ -31,13 +31,15 @@ import sys
 
 import torch
 
-from kernelzoo.core import fwm
+from kernelzoo.core import rules
 from kernelzoo.core.model import EMBED_FACTOR, RetrievalModel, read_out, retrieval_loss
 from kernelzoo.core.task import Batch
 
-# What a compiled step runs eagerly (a graph break; the rest of the step compiles): traced, the
-# Python loop of fwm's state (over its writes) unrolls; a map names its own (``FeatureMap.eager``)
-EAGER = ((fwm, "state"),)
+# What a compiled step runs eagerly (a graph break; the rest of the step compiles): a rule's
+# functions whose Python loops would unroll when traced (``UpdateRule.eager``: fwm's state, over
+# its writes); a map names its own (``FeatureMap.eager``)
+EAGER = tuple((sys.modules[type(rule).__module__], name)
+              for rule in rules.RULES.values() for name in rule.eager)
 
 LOG = logging.getLogger("kernelzoo.train")
 # A compiled step is kept only if, on its first batch, its losses and gradients are the eager
@@ -82,8 +84,9 @@ class Pack:
         S, e = n_keys, int(2 * n_keys * EMBED_FACTOR)
         table = {"embedding.weight": [[(0, S), (self.S, S)], [(0, e)]],
                  "W_k.weight": [[], [(0, S), (self.S, e)]],
-                 "W_beta.weight": [[], [(0, S), (self.S, e)]],
                  "W_q.weight": [[], [(0, e)]]}
+        if name.startswith("W_") and name.endswith(".weight") and name not in table:
+            return [[], [(0, S), (self.S, e)]]  # a gate's, like W_k's (W_beta, W_alpha)
         return table.get(name, [])
 
     def _pad(self, name: str, model: RetrievalModel, t: torch.Tensor) -> torch.Tensor:
@@ -173,7 +176,7 @@ class Pack:
         if any(b.keys.shape[1] != L for b in batches):
             lengths = torch.tensor([b.keys.shape[1] for b in batches], device=device)
             mask = (torch.arange(L, device=device) < lengths[:, None]).repeat_interleave(B, 0)
-        if self.models[0].update_rule == "fwm" and min(self.sizes) < self.S:
+        if self.models[0].rule.layer_norm and min(self.sizes) < self.S:
             sizes = torch.tensor(self.sizes, device=device)
             value_mask = (torch.arange(self.S, device=device) < sizes[:, None]).repeat_interleave(B, 0)
         if not self.models[0].softmax:
@@ -226,8 +229,8 @@ class Pack:
     def _forward(self, params, keys, values, query, target, mask, value_mask):
         """The step's forward on prepared tensors: what ``compile`` compiles."""
         first, R = self.models[0], keys.shape[0]
-        k, q, beta = self._keys_and_query(params, keys, values, query)
-        y = read_out(self.phis, k, q, beta, values.flatten(0, 1), self.S, first.update_rule,
+        k, q, gates = self._keys_and_query(params, keys, values, query)
+        y = read_out(self.phis, k, q, gates, values.flatten(0, 1), self.S, first.update_rule,
                      first.normalisation, first.eps, first.key_eps, first.chunk_size,
                      mask=mask, value_mask=value_mask)
         return retrieval_loss(y, target).view(R, -1).mean(1)
@@ -245,7 +248,7 @@ class Pack:
 
     def _keys_and_query(self, p, keys, values, query):
         """``RetrievalModel.keys_and_query`` for every run at once: (R B, L, d_key) keys,
-        (R B, 1, d_key) queries, (R B, L) beta or None."""
+        (R B, 1, d_key) queries, the rule's gates {name: (R B, L)}."""
         S = self.S
         table = p["embedding.weight"][:, :S]                                  # (R, S, e)
         W_k = p["W_k.weight"]
@@ -255,13 +258,13 @@ class Pack:
         rows = _rows(p["embedding.weight"], query).flatten(1, 2)              # (R, B, e)
         q = torch.baddbmm(p["W_q.bias"].unsqueeze(1), rows, p["W_q.weight"].transpose(1, 2))
         q = q.unsqueeze(2)                                                     # (R, B, 1, d)
-        beta = None
-        if "W_beta.weight" in p:
-            w = p["W_beta.weight"][:, 0]                                        # (R, S + e)
-            rows = table @ w[:, S:, None] + p["W_beta.bias"][:, None]         # (R, S, 1)
-            beta = torch.sigmoid(_rows(rows, keys) + _rows(w[:, :S, None], values)).squeeze(-1)
-            beta = beta.flatten(0, 1)
-        return k.flatten(0, 1), q.flatten(0, 1), beta
+        gates = {}
+        for gate in self.models[0].rule.gates:
+            w = p[f"W_{gate}.weight"][:, 0]                                     # (R, S + e)
+            rows = table @ w[:, S:, None] + p[f"W_{gate}.bias"][:, None]       # (R, S, 1)
+            g = torch.sigmoid(_rows(rows, keys) + _rows(w[:, :S, None], values)).squeeze(-1)
+            gates[gate] = g.flatten(0, 1)
+        return k.flatten(0, 1), q.flatten(0, 1), gates
 
 
 def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kernelzoo import config
 from kernelzoo.config import Config, MemoryConf, TaskConf, TrainerConf, UsageError
+from kernelzoo.core import rules
 from kernelzoo.maps.base import FeatureMap
 from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map,
                                     check_first_call, map_class, resolve_params)
@@ -149,7 +150,7 @@ def _plan(c: Config) -> Plan:
         check_first_call(phi)
     except ConfigError as err:
         raise UsageError(f"feature_map={name}: {str(err).removeprefix(f'{name}: ')}") from None
-    require(not (phi.is_softmax and mem.update_rule != "sum"),
+    require(not (phi.is_softmax and not rules.get(mem.update_rule).by_scores),
             f"memory.update_rule={mem.update_rule} with feature_map=softmax: softmax attention "
             "has no fast-weight state; valid: memory=sum")
     estimate = check_memory(phi, mem, tr, task, device, [(S, seq_len, eval_seq_len)])

@@ -1,7 +1,11 @@
-"""The fwm rule's final state in chunks, with a hand-written backward (`memory.read`'s path for a
-large state; the literal recurrence is `memory._recurrent_state`).
+"""The fast weight memory rule (task spec, "fwm"; Figure 3 only): the delta step with the raw
+phi(k_l); after every step from the second on, W <- W / max(1, ||W||_F); output
+y = LayerNorm(W phi(q)) over d_v, no affine parameters, eps 1e-5. ``normalisation`` does not
+apply. The per-step renormalisation is nonlinear, so the loop over time steps stays: for a large
+state (``CHUNKED_FROM`` entries B d_v D or more) over vectors (``state``, which forms the state
+once per chunk, with a hand-written backward), for a small one the literal loop.
 
-The rule (task spec, "fwm"): step l writes u_l = beta_l (v_l - v_bar_l), v_bar_l = W k_l, into
+``state``: step l writes u_l = beta_l (v_l - v_bar_l), v_bar_l = W k_l, into
 M_l = W + u_l k_l^T, then W <- M_l / n_l with n_l = max(1, ||M_l||_F) (n_0 = 1: no division
 after the first write).
 
@@ -25,9 +29,19 @@ u_t, v_bar_t, q_t and scales, with the chunk's matrix products batched after it.
 against autograd through the literal recurrence (values and gradients, `tests/test_memory.py`).
 """
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from kernelzoo.core.rules.base import Sizes, UpdateRule, delta_step, recurrent_state
+
+LAYER_NORM_EPS = 1e-5  # task spec: LayerNorm of the output, no affine parameters
+# the chunked form (`state`) pays from about this many state entries B * d_v * D; below it the
+# literal loop is as fast (`make bench`, rows fwm, compares the two).
+CHUNKED_FROM = 8192
+F64 = 8  # bytes of a float64 log-scale
 LOG_DTYPE = {"mps": torch.float32}  # the log-scales' dtype where float64 is missing (else float64)
 
 
@@ -144,3 +158,67 @@ def state(k, v, beta, chunk_size):
     compiles): tracing its Python loops over the writes takes far longer than compiling the
     rest of the step."""
     return _State.apply(k, v, beta, chunk_size)
+
+
+class Fwm(UpdateRule):
+    name = "fwm"
+    gates = ("beta",)
+    normalised = False
+    extra_rank = 1  # the LayerNorm's centring (docs/analysis.md, "The rank bound")
+    layer_norm = True
+    eager = ("state",)  # traced, its Python loop over the writes would unroll
+
+    def step(self, W, k_l, v_l, beta_l, alpha_l, l):
+        W = delta_step(W, k_l, v_l, beta_l)
+        return W / torch.linalg.matrix_norm(W).clamp(min=1.0)[:, None, None] if l > 0 else W
+
+    def read(self, k, v, q, beta, alpha, chunk_size):
+        B, D, d_v = k.shape[0], k.shape[2], v.shape[-1]
+        if B * D * d_v >= CHUNKED_FROM:
+            W = state(k, v, beta, chunk_size)
+        else:
+            W = recurrent_state(self, k, v, beta, None)
+        return q @ W.transpose(1, 2)
+
+    def finish(self, y, phi_k, q, normalisation, eps, value_mask=None):
+        """LayerNorm over d_v (over the real value slots only when ``value_mask`` (B, d_v) marks
+        them; the others give 0)."""
+        if value_mask is None:
+            return F.layer_norm(y, y.shape[-1:], eps=LAYER_NORM_EPS)
+        m = value_mask.unsqueeze(1).to(y.dtype)
+        n = m.sum(-1, keepdim=True)
+        mean = (y * m).sum(-1, keepdim=True) / n
+        var = ((y - mean).square() * m).sum(-1, keepdim=True) / n
+        return (y - mean) * torch.rsqrt(var + LAYER_NORM_EPS) * m
+
+    def flushes_denormals(self, training, normalisation):
+        return True
+
+    def train_bytes(self, s: Sizes):
+        N, L, D, S, b = s.N, s.L, s.D, s.S, s.b
+        NL = N * L
+        if N * D * S < CHUNKED_FROM:  # the literal loop keeps every step's state
+            kept = s.base + 2 * L * s.state
+            return [s.base + s.keys + 2 * L * s.state], kept, [kept + 2 * s.state]
+        C = min(s.chunk_size, L)
+        n = math.ceil(L / C)
+        written = 2 * NL * S * b + NL * (F64 + b + 1) + (n + 1) * s.state  # ctx's tensors
+        read = [s.base + s.keys + written + s.state + N * C * (2 * S + C) * b]
+        kept = s.base + written + N * S * b
+        # the state's gradient as it comes, contiguous, and scaled; the keys'; a chunk's
+        back = [s.base + written + 3 * s.state + NL * (D + 1) * b
+                + N * C * (D + 3 * S + 5 * C) * b]
+        return read, kept, back
+
+    def eval_bytes(self, s: Sizes):
+        N, L, D, S, b = s.N, s.L, s.D, s.S, s.b
+        if N * D * S < CHUNKED_FROM:
+            return s.base + 2 * L * s.state
+        C = min(s.chunk_size, L)
+        n = math.ceil(L / C)
+        NL = N * L
+        return (s.base + (2 * NL * S + (n + 1) * N * S * D + N * C * (2 * S + C)) * b
+                + NL * (F64 + b + 1))
+
+
+RULE = Fwm()
