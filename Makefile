@@ -10,7 +10,7 @@ RESULTS := $(or $(lastword $(patsubst results_dir=%,%,$(filter results_dir=%,$(A
 # quoted for the shell: RESULTS="a dir" is one path (ARGS stay split at spaces, one override each)
 OVERRIDES = "results_dir=$(RESULTS)" $(filter-out results_dir=%,$(ARGS))
 # what the analysis takes of ARGS, so that `make plots` takes the ARGS of the sweep it analyses
-ANALYZE_ARGS = $(filter logger=% logger.% threshold=% accuracy_threshold=% reference_dir=%,$(ARGS))
+ANALYZE_ARGS = $(filter logger=% logger.% threshold=% accuracy_threshold=% reference_dir=% figures=%,$(ARGS))
 # the experiment analysed: an experiment=... in ARGS (a sweep stored under another name) wins
 NAME = $(or $(lastword $(patsubst experiment=%,%,$(filter experiment=%,$(ARGS)))),$(EXPERIMENT))
 SYNC_TIMEOUT ?= 900

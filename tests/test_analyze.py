@@ -335,9 +335,13 @@ def test_one_seed_reads_as_its_bracket_and_lists_the_noise(tmp_path):
     assert seeds["noise"].iloc[0] == (40.0,)
     row = capacity_table(runs, seeds).iloc[0]
     assert (row["ci_low"], row["ci_high"]) == (60, 80)  # the bracket, not [x, x]
-    proc = run_cli(["experiment=one", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    proc = run_cli(["experiment=one", f"results_dir={exp.parent}", "logger=none",
+                    "figures=false"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = (exp / "report.md").read_text()
+    assert "- figures: not drawn (analysed with figures=false)" in report  # and none drawn:
+    assert not list(exp.glob("*.png")) and not list(exp.glob("*.svg"))
+    assert (exp / "capacity.csv").is_file() and (exp / "verdicts.csv").is_file()
     # ELU+1 at d_key 64 is the authors' Linear: its published failure point (test_plots) beside;
     # the crossing of the losses (71.5) lies beyond the rank bound (65)
     elu = next(line for line in report.splitlines() if line.startswith("| ELU+1 |"))
@@ -355,7 +359,8 @@ def test_the_report_counts_the_runs_continued_from_checkpoints(tmp_path):
     for path, resumes in zip(sorted((exp / "runs").iterdir()), (2, 0, 1)):
         summary = json.loads((path / "summary.json").read_text())
         (path / "summary.json").write_text(json.dumps({**summary, "resumes": resumes}))
-    proc = run_cli(["experiment=resumed", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    proc = run_cli(["experiment=resumed", f"results_dir={exp.parent}", "logger=none",
+                    "figures=false"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "- Continued from checkpoints: 2 runs (3 resumes in all); a resumed run's wall time " \
            "counts the work redone after a stop once." in (exp / "report.md").read_text()
@@ -364,7 +369,8 @@ def test_the_report_counts_the_runs_continued_from_checkpoints(tmp_path):
         summary = json.loads((path / "summary.json").read_text())
         capped = {"status": "max_steps"} if resumes else {}
         (path / "summary.json").write_text(json.dumps({**summary, "resumes": resumes, **capped}))
-    proc = run_cli(["experiment=resumed", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    proc = run_cli(["experiment=resumed", f"results_dir={exp.parent}", "logger=none",
+                    "figures=false"], tmp_path)
     assert f"analysed 3 runs of resumed -> {exp / 'report.md'}" in proc.stdout
     report = (exp / "report.md").read_text()
     assert "- Continued from checkpoints: 1 run (1 resume in all);" in report
@@ -458,7 +464,8 @@ def test_a_stalled_seed_counts_as_it_ended(tmp_path):
     assert rates.to_dict("records") == [{"label": "ELU+1", "n_keys": 60, "stalled": 1, "seeds": 3},
                                         {"label": "ELU+1", "n_keys": 80, "stalled": 1, "seeds": 3}]
 
-    proc = run_cli(["experiment=st", f"results_dir={exp.parent}", "logger=none"], tmp_path)
+    proc = run_cli(["experiment=st", f"results_dir={exp.parent}", "logger=none",
+                    "figures=false"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = (exp / "report.md").read_text()
     for needle in ("## Stalls", "2 of 14 runs stalled, at 2 points", "stalls 2 (0 cleared)",

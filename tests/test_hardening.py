@@ -279,7 +279,7 @@ def test_a_configuration_trained_under_two_settings_is_split_in_the_report(tmp_p
     from synthetic import analyze_store
 
     _trained_twice(tmp_path / "two")
-    exp = analyze_store(tmp_path, "two")  # a TypeError in prediction.py before
+    exp = analyze_store(tmp_path, "two", figures=True)  # a TypeError in prediction.py before
     capacity = pd.read_csv(exp / "capacity.csv").set_index("label")
     assert capacity["first_failure"].to_dict() == {"ELU+1 trainer.max_steps=500": 30,
                                                    "ELU+1 trainer.max_steps=2000": 40}

@@ -13,9 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # a pip install and a sweep: ~21 s of make test's ~300 worker-seconds
 def test_a_plain_install_runs_the_smoke_sweep_from_another_directory(tmp_path):
     venv, work = tmp_path / "venv", tmp_path / "elsewhere"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

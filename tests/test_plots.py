@@ -59,7 +59,7 @@ def analysed(tmp_path_factory):
     """The figure2-like store, analysed in process: (experiment dir, runs, capacity table)."""
     results = tmp_path_factory.mktemp("results")
     make_figure2_like(results / "fig")
-    exp = analyze_store(results, "fig", TAU)
+    exp = analyze_store(results, "fig", TAU, figures=True)
     return exp, pd.read_parquet(exp / "runs.parquet"), pd.read_csv(exp / "capacity.csv")
 
 

@@ -181,7 +181,7 @@ def test_a_keys_retrieved_plateau_is_a_point_fitted_and_scored():
 def test_the_analysis_writes_the_columns_and_the_section_and_the_command_scores(tmp_path, capsys):
     results = tmp_path / "results"
     write_ranked_store(results / "r")
-    exp = analyze_store(results, "r", TAU)
+    exp = analyze_store(results, "r", TAU, figures=True)
     table = pd.read_csv(exp / "capacity.csv")
     columns = list(table.columns)
     at = columns.index("label")

@@ -67,7 +67,7 @@ def test_families_group_what_d_dot_decides_and_fit_from_three_levels(tmp_path):
 def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, capsys):
     results = tmp_path / "results"
     write_family_store(results / "s")
-    exp = analyze_store(results, "s", TAU)
+    exp = analyze_store(results, "s", TAU, figures=True)
     table = pd.read_csv(exp / "scaling.csv")
     assert list(table.columns) == list(scaling.COLUMNS)
     loss = table[table["view"] == "loss"]

@@ -202,7 +202,7 @@ def test_damaged_inputs_are_listed_and_the_analysis_goes_on(tmp_path, cli_env):
     (exp / "sweep.json").write_text('{"invocations": [{"points": 6, "wall_')
     (exp / "search.json").write_text('{"series": [1, 2]}')
 
-    res = analyze(analysis_args(exp), cli_env, timeout=120)
+    res = analyze([*analysis_args(exp), "figures=false"], cli_env, timeout=120)
     assert res.returncode == 0, res.explain()
     assert "Traceback" not in res.output
     report = (exp / "report.md").read_text()

@@ -1,7 +1,7 @@
 """Capacity analysis of one experiment: failure points, tables, figures, report, dashboard.
 
     python -m kernelzoo.analyze experiment=<name> [results_dir=results] [threshold=0.01]
-                                [accuracy_threshold=0.99] [logger=wandb|none]
+                                [accuracy_threshold=0.99] [logger=wandb|none] [figures=false]
 
 Checks the command line against ``kernelzoo.config.AnalyzeConfig``, reads the store once
 (``analysis.pipeline.analyse``: the summaries, configs and records of
@@ -45,7 +45,7 @@ def analyze(cfg: DictConfig) -> None:
         print(f"nothing to analyse in {exp_dir / 'runs'}: {plural(len(a.missing), 'run')} without "
               f"summary, {len(a.damaged)} damaged", file=sys.stderr)
         return
-    report, figures = outputs.write(a)
+    report, figures = outputs.write(a, figures=cfg.get("figures", True))
     extra = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     analysed.mark(exp_dir, analysed.arguments(cfg.experiment, str(cfg.results_dir),
                                               cfg.logger.get("name"), extra))

@@ -210,6 +210,7 @@ class AnalyzeConfig:
     reference_dir: str = rule("results/reference", "a directory path", bool)
     threshold: float = fraction(0.01)
     accuracy_threshold: float = fraction(0.99)
+    figures: bool = True
     logger: LoggerConf = field(default_factory=LoggerConf)
 
 

@@ -47,8 +47,10 @@ def write_tables(a: Analysis) -> None:
 INCOMPLETE = "ANALYSIS_INCOMPLETE.txt"  # beside outputs an analysis began and did not finish
 
 
-def write(a: Analysis) -> tuple[Path, list[Path]]:
-    """Every output of ``a``: (report.md's path, the figures' PNG paths). ``INCOMPLETE`` is
+def write(a: Analysis, figures: bool = True) -> tuple[Path, list[Path]]:
+    """Every output of ``a``: (report.md's path, the figures' PNG paths); without ``figures``,
+    the tables and report.md alone (its Figures section says they were not drawn, and that
+    any beside it are an earlier analysis'). ``INCOMPLETE`` is
     written first and removed once report.md is: an analysis that fails on the way (a full
     disk) leaves it beside the tables and figures it did write, which are then newer than the
     report, so the set says it is mixed."""
@@ -57,9 +59,13 @@ def write(a: Analysis) -> tuple[Path, list[Path]]:
                       "not finish: the tables and figures here may be newer than report.md; "
                       "`make plots` (python -m kernelzoo.analyze) writes them all again\n")
     write_tables(a)
-    figures, omitted = all_figures(a.runs, a.seeds, a.capacity, a.published, a.curves,
-                                   list(a.families), a.exp_dir, a.threshold,
-                                   a.accuracy_threshold, a.search)
-    report = write_report(a, figures, omitted)
+    if figures:
+        drawn, omitted = all_figures(a.runs, a.seeds, a.capacity, a.published, a.curves,
+                                     list(a.families), a.exp_dir, a.threshold,
+                                     a.accuracy_threshold, a.search)
+    else:
+        drawn, omitted = [], ["figures: not drawn (analysed with figures=false); any figure "
+                              "beside this report is an earlier analysis'"]
+    report = write_report(a, drawn, omitted)
     marker.unlink()
-    return report, figures
+    return report, drawn
