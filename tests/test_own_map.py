@@ -19,7 +19,9 @@ from kernelzoo.maps.base import ENTRY_POINTS, OLD_ENTRY_POINTS
 DOC = (REPO / "docs" / "own_map.md").read_text()
 # "`cube-map/<file>`<intro>:" then a fenced block: the file's text
 FILES = dict(re.findall(r"^`cube-map/(\S+?)`[^`]*?:\n\n```\w+\n(.*?)```", DOC, re.M | re.S))
-COMMANDS = re.search(r"```bash\n(.*?)```", DOC, re.S).group(1).splitlines()
+COMMANDS = re.search(r"```bash\n(cd cube-map.*?)```", DOC, re.S).group(1).splitlines()
+# the one-file way: "`cube-file/<file>`<intro>:" then its block
+ONE_FILE = dict(re.findall(r"^`cube-file/(\S+?)`[^`]*?:\n\n```\w+\n(.*?)```", DOC, re.M | re.S))
 MODULE = FILES["mymaps/__init__.py"]
 # tiny runs, no tracking, the store in the test's directory
 TINY = ["trainer=smoke", "d_key=4", "logger=none", "trainer.threads=1"]
@@ -204,3 +206,56 @@ def test_a_users_map_is_found_under_the_group_and_its_former_name(tmp_path, cli_
     assert res.stderr.splitlines() == ([] if group == ENTRY_POINTS else [
         "warning: feature map plugin 'cube' (mymaps) is registered under the deprecated "
         "entry-point group 'kernelzoo.maps.base'; valid: 'kernelzoo.feature_maps'"])
+
+
+def test_a_map_of_one_file_named_by_target_sweeps_with_nothing_installed(tmp_path, cli_env):
+    """docs/own_map.md's one-file way: cube.py and feature_map/cube.yaml (``_target_:
+    cube.Cube``) from the doc's blocks, the package example's experiment beside them, swept by
+    the console script from that folder (whose own path holds no cube.py: the sweep puts the
+    folder on every worker's import path) with tiny runs; the summary names the map."""
+    assert set(ONE_FILE) == {"cube.py", "feature_map/cube.yaml"}
+    sweep_script = Path(PYTHON).with_name("kernelzoo-sweep")
+    if not sweep_script.exists():
+        pytest.skip("kernelzoo is not installed in this environment (make install)")
+    root = tmp_path / "cube-file"
+    for name, text in {**ONE_FILE, "experiments/cube.yaml": FILES["experiments/cube.yaml"]}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    results = tmp_path / "results"
+    res = run_cmd([sweep_script, "cube", *TINY, "n_keys=4,8", f"results_dir={results}",
+                   "--no-analysis"], cli_env, timeout=300, cwd=root)
+    assert res.returncode == 0, res.explain()
+    summaries = [json.loads(p.read_text()) for p in (results / "cube" / "runs").glob("*/summary.json")]
+    mine = [s for s in summaries if s["feature_map"] == "cube"]
+    assert len(mine) == 2 and {s["feature_map_params"]["gain"] for s in mine} == {2.0}
+    assert {s["status"] for s in mine} <= {"converged", "plateau", "max_steps"}
+
+
+@pytest.mark.parametrize("target, words", [
+    ("nowhere.Cube", "feature_map._target_=nowhere.Cube: no module 'nowhere' on the path"),
+    ("kernelzoo.maps.base.register", "is not a FeatureMap subclass with a name"),
+    ("kernelzoo.maps.base.Nope", "module 'kernelzoo.maps.base' has no 'Nope'"),
+    ("Cube", "feature_map._target_=Cube: not an import path; valid: <module>.<Class>")])
+def test_a_target_that_is_no_map_is_named_in_one_line(target, words):
+    from kernelzoo.maps.catalog import ConfigError, load_target
+
+    with pytest.raises(ConfigError) as err:
+        load_target(target)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_target_that_cannot_be_imported_stops_the_command_before_training(tmp_path, cli_env):
+    res = run_cmd([PYTHON, "-m", "kernelzoo.train", "+feature_map._target_=nowhere.Cube",
+                   "~feature_map.name", *TINY, f"results_dir={tmp_path}"], cli_env)
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.explain()
+    assert "feature_map._target_=nowhere.Cube: no module 'nowhere' on the path" in res.stderr
+    assert not (tmp_path / "adhoc").exists()
+
+
+def test_an_unknown_map_names_both_ways_in():
+    from kernelzoo.maps.catalog import ConfigError, build_feature_map
+
+    with pytest.raises(ConfigError, match="unknown feature map 'posneg'; valid: .*feature_map."
+                                          "_target_=<module>.<Class> .* entry point in "
+                                          "'kernelzoo.feature_maps'"):
+        build_feature_map("posneg", d_key=4)

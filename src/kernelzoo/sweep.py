@@ -19,6 +19,7 @@ choose another (``trainer=quick``: quick's shortened one), under the name the us
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -167,6 +168,19 @@ def ask(folder: Path | None, overrides: list[str]) -> list[str]:
     return overrides
 
 
+def on_path(folders: list[Path]) -> None:
+    """Put ``folders`` (the working directory, the user's experiments folder's parent) on the
+    import path of this process and of every process it starts (PYTHONPATH): a map of the
+    user's own named by ``feature_map._target_`` is a .py file there, imported by each worker
+    that builds it (``catalog.load_target``), with no package to install."""
+    for folder in reversed([str(f) for f in folders]):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    known = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [*(str(f) for f in folders if str(f) not in known), *filter(None, known)])
+
+
 def one_point(arguments: list[str]) -> tuple[list[str], list[str]]:
     """``arguments`` with each swept override (``seed=1,2``, ``n_keys=range(4,10)``) at its first
     value, and those values as "seed=1": ``--cfg`` shows one point's config, where Hydra answered
@@ -256,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     from kernelzoo import train
 
+    on_path([Path.cwd(), *([folder.parent] if folder else [])])
     if shows:
         hydra_args, chosen = one_point(hydra_args)
         if chosen:

@@ -3,11 +3,13 @@ installed packages found through their entry points, and a map built by name.
 
     phi = build_feature_map("dpfp", d_key=64, nu=2)        # phi.d_dot == 256
     phi = build_feature_map("favor", d_key=64, d_dot=128)  # m resolved from d_dot: m == 128
+    name = load_target("cube.Cube")  # a map of the user's own, by import path: "cube"
 
 The maps import ``feature_maps`` (base class, helpers, registry); this module imports them and
 registers the built-in ones in the order of the registry's "valid:" lists.
 """
 
+import importlib
 import inspect
 import sys
 
@@ -26,7 +28,11 @@ for _cls in BUILT_IN:
     register(_cls)
 
 __all__ = ["FEATURE_MAPS", "ConfigError", "InfeasibleError", "build_feature_map",
-           "check_first_call", "map_class", "resolve_params"]
+           "check_first_call", "load_target", "map_class", "resolve_params"]
+# how a map of the user's own is found, for every "unknown feature map" line
+OWN_MAP = ("a map of your own: feature_map._target_=<module>.<Class> (a .py file on the path: the "
+           f"working directory or your experiments' folder) or an installed package's entry "
+           f"point in {ENTRY_POINTS!r} (docs/own_map.md)")
 
 
 PLUGIN_FAILURES: dict[str, str] = {}  # entry point -> why it failed to import
@@ -66,12 +72,39 @@ def _lookup(name, params):
     failed = ("; feature map plugins that failed: " + "; ".join(PLUGIN_FAILURES.values())
               if PLUGIN_FAILURES else "")
     require(name in FEATURE_MAPS,
-            f"unknown feature map {name!r}; valid: {', '.join(FEATURE_MAPS)}{failed}")
+            f"unknown feature map {name!r}; valid: {', '.join(FEATURE_MAPS)}; {OWN_MAP}{failed}")
     cls = FEATURE_MAPS[name]
     valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "d_key")]
     for p in params:
         require(p in valid, f"{name}: unknown parameter {p!r}; valid: {', '.join(valid) or '(none)'}")
     return cls
+
+
+def load_target(target: str) -> str:
+    """Import the FeatureMap class at the import path ``target`` ("module.Class": a module on
+    sys.path, e.g. a file of the user's in the working directory; no package needed), register
+    it under its ``name`` and return that name. A ConfigError names what is wrong."""
+    module, _, attr = str(target).rpartition(".")
+    require(bool(module) and attr.isidentifier(),
+            f"feature_map._target_={target}: not an import path; valid: <module>.<Class>")
+    try:
+        found = getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as err:
+        raise ConfigError(f"feature_map._target_={target}: no module {err.name!r} on the path "
+                          f"(sys.path: the working directory, your experiments' folder, "
+                          f"PYTHONPATH); valid: <module>.<Class> of a file there") from None
+    except AttributeError:
+        raise ConfigError(f"feature_map._target_={target}: module {module!r} has no {attr!r}") \
+            from None
+    except Exception as err:  # the user's module failed on import: one line, its own words
+        raise ConfigError(f"feature_map._target_={target}: importing {module!r} failed: "
+                          f"{type(err).__name__}: {err}") from None
+    require(isinstance(found, type) and issubclass(found, FeatureMap) and bool(found.name),
+            f"feature_map._target_={target}: {found!r} is not a FeatureMap subclass with a name "
+            "(docs/own_map.md)")
+    if FEATURE_MAPS.get(found.name) is not found:
+        register(found)
+    return found.name
 
 
 def map_class(name):

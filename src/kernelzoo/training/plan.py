@@ -28,7 +28,7 @@ from kernelzoo.config import Config, MemoryConf, TaskConf, TrainerConf, UsageErr
 from kernelzoo.core import rules
 from kernelzoo.maps.base import FeatureMap
 from kernelzoo.maps.catalog import (ConfigError, InfeasibleError, build_feature_map,
-                                    check_first_call, map_class, resolve_params)
+                                    check_first_call, load_target, map_class, resolve_params)
 from kernelzoo.records import store, summary
 from kernelzoo.records.rundir import RunDir
 from kernelzoo.training.devices import check_memory, check_width, require, resolve_device
@@ -137,7 +137,7 @@ def _plan(c: Config) -> Plan:
     tr.progress = tr.progress.lower()
     device = resolve_device(tr.device)
     fm = dict(c.feature_map)
-    name = fm.pop("name", None)
+    name = map_name(fm)
     torch.manual_seed(c.seed)  # a random map draws its first projection here
     if c.d_dot is not None:
         check_width(name, c.d_dot, tr, device)
@@ -174,10 +174,26 @@ def resolve(cfg: DictConfig) -> Plan | Infeasible:
         return Infeasible(str(err), c, raw_identity(cfg))
 
 
+def map_name(fm: dict) -> str | None:
+    """The map a feature_map config names, its keys then the constructor's arguments (taken out
+    of ``fm``): ``name``, a registered map, or ``_target_``, the import path of a class of the
+    user's own (``catalog.load_target``), which names itself."""
+    name, target = fm.pop("name", None), fm.pop("_target_", None)
+    if target is None:
+        return name
+    try:
+        own = load_target(target)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    require(name in (None, own), f"feature_map._target_={target} is the map {own!r}, not "
+                                 f"feature_map.name={name}; valid: one of the two")
+    return own
+
+
 def raw_identity(cfg: DictConfig) -> RunIdentity:
     """The identity of a point that could not be planned (for its infeasible record)."""
     fm = OmegaConf.to_container(cfg.feature_map, resolve=True)
-    name = fm.pop("name", "?")
+    name = map_name(fm) if "_target_" in fm else fm.pop("name", "?")
     return RunIdentity(feature_map=name, feature_map_params=fm, d_key=cfg.d_key, d_dot=cfg.d_dot,
                     n_keys=cfg.n_keys, seed=cfg.seed,
                     task=OmegaConf.to_container(cfg.task, resolve=True),
