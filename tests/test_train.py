@@ -57,6 +57,10 @@ def test_elu_20_keys_converges_and_writes_a_complete_store_entry(tmp_path):
     assert summary["final_eval_loss"] <= 1e-3
     assert summary["final_eval_accuracy"] == 1.0
     assert summary["feature_map"] == "elu" and summary["d_dot"] == 64
+    numbers = summary["numerics"]  # what sets its arithmetic (training.devices.numerics)
+    assert numbers["torch"] == torch.__version__ and numbers["device"].startswith("cpu: ")
+    assert (numbers["threads"], numbers["pack"], numbers["compiled"]) == (1, 1, False)
+    assert numbers["blas"] and isinstance(numbers["flush_denormal"], bool)
     assert summary["predicted_capacity"] == 64 and summary["n_keys"] == 20
     assert summary["seq_len"] == 20 and summary["update_rule"] == "sum"
     assert summary["steps"] % 100 == 0

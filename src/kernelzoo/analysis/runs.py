@@ -38,6 +38,8 @@ def _row(summary: dict, run_dir: str) -> dict:
                feature_map_params=json.dumps(params, sort_keys=True))
     for key in ("final_eval_loss", "best_eval_loss", "final_eval_accuracy", "wall_seconds"):
         row[key] = number(summary[key])
+    if "numerics" in summary:  # one text column, as the map's parameters: runs.parquet's type
+        row["numerics"] = json.dumps(summary["numerics"], sort_keys=True)
     return row
 
 

@@ -120,6 +120,10 @@ FIELDS = (
     Field("device", *TEXT_OR_NULL, default=None),
     Field("kernelzoo_version", *TEXT, default=__version__),
     Field("resumes", *NATURAL, kind=OPTIONAL, default=0),  # continued from a checkpoint
+    # what sets its arithmetic to the last bit (training.devices.numerics): torch, device, BLAS,
+    # threads, the pack it trained in, denormals flushed, compiled
+    Field("numerics", lambda v: isinstance(v, dict) and all(map(is_name, v)),
+          "an object whose keys are names", kind=OPTIONAL),
     Field("stall_check_of", _or_null(lambda v: _text(v) and is_name(v)), "a run id or null",
           kind=NULL_WHEN_ABSENT, default=None),  # the stalled run a stall check retrains
     *(Field(name, *(NATURAL_OR_NULL if name == "dead_keys" else NUMBER), kind=OPTIONAL)

@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 
 import torch
 
 from kernelzoo import config
 from kernelzoo.config import UsageError
 from kernelzoo.core import rules
+from kernelzoo.records.history import cpu_model
 from kernelzoo.training.footprint import footprint
 from kernelzoo.training.workers import process_limit
 from kernelzoo.config.words import plural
@@ -145,6 +147,20 @@ def _most(fits, high: int) -> int:
         mid = (low + high + 1) // 2
         low, high = (mid, high) if fits(mid) else (low, mid - 1)
     return low
+
+
+def numerics(device: torch.device, pack: int, flushed: bool, compiled: bool) -> dict:
+    """What sets a run's arithmetic to the last bit, for its summary (``numerics``): torch's
+    version, the device (the CPU's model, or the GPU's name), the BLAS torch was built with, the
+    threads of a step, the runs of the pack it trained in (a pack batches their products, which
+    can round differently from the run alone), whether its training steps flushed denormals and
+    whether they were compiled. Two runs of one seed agree to the bit only where all of these
+    do (docs/analysis.md, "Numerics")."""
+    blas = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    return {"torch": torch.__version__, "device": f"{device.type}: {where}",
+            "blas": blas.group(1) if blas else "unknown", "threads": torch.get_num_threads(),
+            "pack": pack, "flush_denormal": flushed, "compiled": compiled}
 
 
 def flushes_denormals(setting: str, update_rule: str, normalisation: str, training: bool) -> bool:

@@ -29,7 +29,7 @@ from kernelzoo.records import summary, tracking
 from kernelzoo.records.rundir import RunDir
 from kernelzoo.training import checkpoint, interrupt
 from kernelzoo.config import TrainerConf
-from kernelzoo.training.devices import flushes_denormals
+from kernelzoo.training.devices import flushes_denormals, numerics
 from kernelzoo.core.model import RetrievalModel, retrieval_loss
 from kernelzoo.training.pack import Pack, compiles
 from kernelzoo.training.plan import Plan
@@ -286,6 +286,7 @@ def _fit(members: list[Member]) -> Iterator[tuple[Member, dict]]:
     for m in members:
         m.checkpoint = None  # restored: its memory is free
     window = torch.zeros(len(runs), tr.eval_every, device=device, dtype=dtype)
+    numbers = numerics(device, len(runs), flush[True], pack.compiled is not None)
     t_window = saved = time.perf_counter()
     torch.set_flush_denormal(flush[True])
     try:
@@ -309,7 +310,7 @@ def _fit(members: list[Member]) -> Iterator[tuple[Member, dict]]:
                 if run.check(rows[i], step, seconds) or step >= tr.max_steps:
                     leaving.append(i)
             for i in leaving:
-                yield runs[i].m, runs[i].result()
+                yield runs[i].m, {**runs[i].result(), "numerics": numbers}
             if leaving:
                 opt = pack.drop(leaving, opt)
                 runs = [run for i, run in enumerate(runs) if i not in leaving]
