@@ -60,3 +60,22 @@ def test_too_few_families_or_one_size_give_nothing():
     assert between_sizes_section(table[~table["label"].str[0].isin(["B", "C"])], family) == []
     assert between_sizes_section(table[table["predicted_capacity"] == 64], family) == []
     assert between_sizes_section(table, {}) == []
+
+
+def test_a_fall_without_a_measured_cause_cites_the_arm_under_another_setting():
+    """tanh under the attention normalisation falls from 0.9 to 0.3 d_dot (the same diagnostics
+    at both sizes); its arm under normalisation none, 0.6 and 0.6, is the normalisation's
+    measured share: x0.67 at d_dot 64, x2.00 at 128."""
+    arms = {"tanh memory.normalisation=attention": (0.9, 0.3),
+            "tanh memory.normalisation=none": (0.6, 0.6)}
+    extra = [row(f"{name} {d_dot}", d_dot, e * d_dot, e * d_dot, e * d_dot)
+             for name, pair in arms.items() for d_dot, e in zip((64, 128), pair)]
+    table, family = two_sizes(extra)
+    family = {**family, **{f"{name} {n}": name for name in arms for n in (64, 128)}}
+    got = lines_of(table, family)["tanh memory.normalisation=attention"]
+    assert "loss efficiency falls, 0.90 [0.88, 0.92] -> 0.30 [0.29, 0.31]" in got
+    assert got.endswith(
+        "the same diagnostics at both sizes; memory.normalisation=none beside it holds x0.67 at "
+        "d_dot 64, x2.00 at 128 in loss; x0.67 at d_dot 64, x2.00 at 128 in accuracy; x0.67 at "
+        "d_dot 64, x2.00 at 128 in keys retrieved (its efficiency over this one's: "
+        "memory.normalisation's measured share) |"), got

@@ -13,11 +13,48 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats
 
-from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
+from kernelzoo.analysis.capacity import POINTS, VIEW_WORDS, VIEWS
 from kernelzoo.analysis.rankings import GAP, HEADLINE, efficiency_cell, limits, loss_first, ranks
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import natural_key
 
+
+def _arm(name: str) -> tuple[str, dict[str, str]]:
+    """A family name as its map and its settings ("tanh memory.normalisation=none" ->
+    ("tanh", {"memory.normalisation": "none"})): the tokens "key=value" are settings."""
+    tokens = name.split()
+    settings = dict(t.split("=", 1) for t in tokens if "=" in t)
+    return " ".join(t for t in tokens if "=" not in t), settings
+
+
+def _arms(name: str, common: list[str], rows: dict, small: int, large: int,
+          views: list[str]) -> list[str]:
+    """What the arms of a one-setting comparison measure: for each family of ``common`` that
+    is ``name`` but for one setting's value (tanh under normalisation none beside attention),
+    its efficiency over ``name``'s at both sizes in each of ``views``, where both are numbers
+    (failure points, not bounds): that setting's measured share of ``name``'s change."""
+    mine, settings = _arm(name)
+    found = []
+    for other in common:
+        theirs, their_settings = _arm(other)
+        changed = [k for k in {*settings, *their_settings}
+                   if settings.get(k) != their_settings.get(k)]
+        if other == name or theirs != mine or len(changed) != 1:
+            continue
+        shares = []
+        for view in views:
+            pair = [(rows[n, view].loc[other], rows[n, view].loc[name]) for n in (small, large)]
+            if all(a["outcome"] in POINTS and b["outcome"] in POINTS and b["ratio"] > 0
+                   for a, b in pair):
+                shares.append(f"x{pair[0][0]['ratio'] / pair[0][1]['ratio']:.2f} at d_dot {small}"
+                              f", x{pair[1][0]['ratio'] / pair[1][1]['ratio']:.2f} at {large} in "
+                              f"{VIEW_WORDS[view]}")
+        if shares:
+            key = changed[0]
+            found.append(f"{key}={their_settings.get(key, 'its default')} beside it holds "
+                         + "; ".join(shares) + f" (its efficiency over this one's: {key}'s measured "
+                         "share)")
+    return found
 
 
 def _span(r) -> tuple[float, float]:
@@ -86,7 +123,14 @@ def _row(name: str, common: list[str], orders: dict, rows: dict, small: int,
                         if swapped else "within the seeds' intervals"))
     if own:
         found = _differences(rows[small].loc[name], rows[large].loc[name], small, large)
-        own.append("; ".join(found) or "no measured cause (the same diagnostics at both sizes)")
+        arms = _arms(name, common, rows, small, large,
+                     [v for v in VIEWS if any(c.startswith(f"{VIEW_WORDS[v]} ") for c in changed)])
+        if found:
+            own.append("; ".join(found + arms))
+        elif arms:
+            own.append("the same diagnostics at both sizes; " + "; ".join(arms))
+        else:
+            own.append("no measured cause (the same diagnostics at both sizes)")
     return tuple(ranked), "; ".join(own + other), changed
 
 
