@@ -75,6 +75,7 @@ test-slow: install  ## the slower tests kept out of `make test`
 bench: install  ## speed and memory benchmark, memory estimate -> results/bench/; QUICK=1 for a subset
 	$(PY) -m kernelzoo.bench $(if $(QUICK),--quick,)
 	$(PY) -m kernelzoo.bench --estimate $(if $(QUICK),--quick,)
+	$(PY) -m kernelzoo.bench --scaleout $(if $(QUICK),--quick,)
 
 sync: install  ## upload offline wandb runs; gives up after SYNC_TIMEOUT seconds (no network)
 	@shopt -s nullglob; runs=($(RESULTS)/wandb/offline-run-*); \

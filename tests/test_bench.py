@@ -306,3 +306,21 @@ def test_packed_targets_summarise_compilation_per_feature_map():
                          "dpfp-2 1.9-1.9x, linear 1.5-1.6x")
     assert lines[-1] == ("compilation (torch.compile, first step of a new shape): dpfp-2 6-382 s, "
                          "linear 2-5 s per shape; dpfp-2 6-6 s, linear 4-5 s for one run")
+
+
+@pytest.mark.slow  # spawns a pool per way: ~15 s
+def test_the_scaleout_bench_writes_its_table(tmp_path, monkeypatch):
+    from kernelzoo.bench import scaleout
+
+    monkeypatch.setattr(scaleout, "QUICK_ROWS", [{"feature_map": "linear", "n_keys": 8}])
+    monkeypatch.setattr(scaleout, "REPEATS", 1)
+    monkeypatch.setattr(scaleout, "SECONDS", 0.6)
+    scaleout.run(True, tmp_path)
+    rows = list(csv.DictReader((tmp_path / "scaleout_quick.csv").open()))
+    assert [r["feature_map"] for r in rows] == ["linear"] and list(rows[0]) == list(scaleout.COLUMNS)
+    r = {k: float(v) for k, v in rows[0].items() if k != "feature_map"}
+    assert min(r["one"], r["threads"], r["workers"]) > 0
+    assert r["workers_over_threads"] == pytest.approx(r["workers"] / r["threads"], rel=1e-3)
+    assert r["efficiency"] == pytest.approx(r["workers"] / (r["cores"] * r["one"]), rel=1e-3)
+    md = (tmp_path / "scaleout_quick.md").read_text()
+    assert "| linear | 8 |" in md and "One worker per core is the faster use" in md

@@ -23,12 +23,13 @@ COLUMNS = ["case", "feature_map", "n_keys", "d_dot", "baseline_ms", "kernelzoo_m
            "baseline_peak_mb", "kernelzoo_peak_mb", "floor_ms", "pack", "compile", "compile_s"]
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
+def write_csv(rows: list[dict], path: Path, columns=COLUMNS) -> None:
+    """``rows`` as CSV with ``columns`` (bench.csv's by default), floats to 4 digits."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS)
+    writer = csv.DictWriter(out, fieldnames=columns)
     writer.writeheader()
     for r in rows:
-        writer.writerow({k: _cell(r.get(k, ""), "{:.4g}") for k in COLUMNS})
+        writer.writerow({k: _cell(r.get(k, ""), "{:.4g}") for k in columns})
     files.atomic_write_text(path, out.getvalue())
 
 
