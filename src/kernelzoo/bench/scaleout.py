@@ -21,6 +21,7 @@ cores would keep per worker at best. Written to ``scaleout.csv`` and ``scaleout.
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 import time
 from pathlib import Path
@@ -117,6 +118,16 @@ def markdown(rows: list[dict], seconds: float) -> str:
               "memory bandwidth binds (16 cores: "
               f"{16 * lows:.0f}-{16 * highs:.0f}x one worker, were the efficiency to hold).", ""]
     return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m kernelzoo.bench --scaleout",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--scaleout", action="store_true", required=True)
+    p.add_argument("--quick", action="store_true", help="two rows, half the window")
+    p.add_argument("--out", default="results/bench", help="directory of scaleout[_quick].*")
+    args = p.parse_args(argv)
+    run(args.quick, Path(args.out))
 
 
 def run(quick: bool, out: Path) -> None:

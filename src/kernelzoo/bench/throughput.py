@@ -1,6 +1,7 @@
 """Speed and memory of the fast path against the literal reference: ``python -m kernelzoo.bench``.
 
     python -m kernelzoo.bench [--quick] [--device cpu|cuda] [--threads 1] [--out results/bench]
+    python -m kernelzoo.bench --scaleout [--quick] [--out results/bench]   (``scaleout.py``)
 
 Cases (task-spec "Model", d_key 64, batch 32, the Figure 2 feature maps; both sides use the same
 parameters, data and optimiser, Adam with ``ADAM`` options):
@@ -49,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from kernelzoo.bench import estimate, pack as bench_pack, report as bench_report, scaleout
+from kernelzoo.bench import estimate, pack as bench_pack, report as bench_report
 from kernelzoo.core import memory
 from kernelzoo.config import CONF
 from kernelzoo.records import files, loaders
@@ -341,16 +342,10 @@ def main(argv=None) -> None:
                         "recompute the estimates of estimate[_quick].csv)")
     p.add_argument("--estimate", action="store_true",
                    help="measure the memory estimate against runs' peaks instead (estimate.*)")
-    p.add_argument("--scaleout", action="store_true",
-                   help="measure one worker per core against one run on all threads instead "
-                        "(scaleout.*)")
     p.add_argument("--peak-of", help=argparse.SUPPRESS)  # internal: one peak_mb subprocess
     args = p.parse_args(argv)
     if args.estimate:
         estimate.run_estimates(args.quick, Path(args.out), args.rebuild)
-        return
-    if args.scaleout:
-        scaleout.run(args.quick, Path(args.out))
         return
     stem = Path(args.out) / ("bench_quick" if args.quick else "bench")
     if args.rebuild:
