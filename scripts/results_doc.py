@@ -28,6 +28,7 @@ from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.labels import cell
 from kernelzoo.records.files import StoreError, atomic_write_text, read_bytes, read_text
 from kernelzoo.records.history import read_sweep
+from kernelzoo.report.answer import size_lines
 from kernelzoo.report.markdown import observed
 from kernelzoo.report.verdicts import verdict_lines
 
@@ -36,10 +37,13 @@ STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo"
            "favor_diagnosis", "lr_robustness", "lr_patience")
 REPEATS = {"lr_patience": "lr_robustness"}  # a store whose runs repeat another's: pooled once
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+# README's first screen: the answer of the store that compares the most maps (its answer.csv)
+ANSWER, ANSWERED = "<!-- answer:start -->", "<!-- answer:end -->"
+ANSWER_STORE = "zoo"
 # the verdicts of each study that README's table shows (verdicts.csv's ``verdict`` column)
 HEADLINES = {"quick": ("paper_bound",), "figure2": ("published_verdict",),
              "figure2_search": ("published_verdict",), "figure3": ("update_rule_verdict",),
-             "dot_scaling": ("law",), "zoo": ("ranking", "sizes"),
+             "dot_scaling": ("law",), "zoo": ("sizes",),  # its loss-view tiers: the answer
              "favor_diagnosis": ("factorial_verdict", "law"),
              "lr_robustness": ("optimisation_verdicts",), "lr_patience": ("optimisation_verdicts",)}
 # the figures README shows: (store, figure, what it shows)
@@ -211,13 +215,32 @@ def summary(root: Path = ROOT) -> list[str]:
     return lines + [END]
 
 
-def readme(text: str, root: Path = ROOT) -> str:
-    """README ``text`` with its summary block rewritten (unchanged without the markers)."""
-    head, start, rest = text.partition(START)
-    if not start:
+def answer(root: Path = ROOT) -> list[str]:
+    """README's first screen: which map, how much, how sure, from ANSWER_STORE's answer.csv
+    (``report.answer.size_lines``) and its capacity.csv (how many configurations)."""
+    store = store_of(root, ANSWER_STORE)
+    facts = _csv(store / "answer.csv")
+    configurations = len(_csv(store / "capacity.csv"))
+    return [ANSWER, f"**Which map, how much, how sure** (`{ANSWER_STORE}`: "
+            f"{configurations} configurations of the maps under the published protocol, "
+            f"`results/reference/{ANSWER_STORE}/report.md`; loss view, n* / d_dot, median over "
+            "seeds [interval]):", "", *size_lines(facts), ANSWERED]
+
+
+def _between(text: str, start: str, end: str, block: list[str]) -> str:
+    head, found, rest = text.partition(start)
+    if not found:
         return text
-    _, end, tail = rest.partition(END)
-    return head + "\n".join(summary(root)) + tail if end else text
+    _, closed, tail = rest.partition(end)
+    return head + "\n".join(block) + tail if closed else text
+
+
+def readme(text: str, root: Path = ROOT) -> str:
+    """README ``text`` with its answer and summary blocks rewritten (each unchanged without its
+    markers)."""
+    if ANSWER in text:
+        text = _between(text, ANSWER, ANSWERED, answer(root))
+    return _between(text, START, END, summary(root))
 
 
 def _problem(err: Exception) -> str:

@@ -15,8 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import results_doc  # noqa: E402  (the repository's tooling, not the package)
-KEPT = ("capacity.csv", "verdicts.csv", "runs.parquet", "sweep.json", "headline.png",
-        "capacity_scaling.png")
+KEPT = ("capacity.csv", "verdicts.csv", "answer.csv", "runs.parquet", "sweep.json",
+        "headline.png", "capacity_scaling.png")
 
 
 def test_the_committed_results_match_their_stores(capsys):
@@ -50,6 +50,7 @@ def scratch(tmp_path: Path) -> Path:
 @pytest.mark.slow  # four builds of the documents; make test runs the check itself (above)
 @pytest.mark.parametrize("study, table, column", [("figure2", "capacity.csv", "observed_capacity"),
                                                   ("zoo", "verdicts.csv", "evidence"),
+                                                  ("zoo", "answer.csv", "estimate"),
                                                   ("zoo", "capacity.csv",
                                                    "rank_at_d_dot_initial")])
 def test_a_number_changed_in_a_store_fails_the_check(tmp_path, capsys, study, table, column):
@@ -60,8 +61,8 @@ def test_a_number_changed_in_a_store_fails_the_check(tmp_path, capsys, study, ta
     path = root / "results" / "reference" / study / table
     frame = pd.read_csv(path)
     row = frame[column].first_valid_index()
-    if column == "evidence":  # README's table quotes the zoo's ranking verdict
-        row = frame.index[frame["verdict"] == "ranking"][0]
+    if column == "evidence":  # README's table quotes the zoo's between-sizes verdict
+        row = frame.index[frame["verdict"] == "sizes"][0]
         frame.loc[row, column] = re.sub(r"\d+\.\d+", lambda m: f"{float(m[0]) + 1:.3g}",
                                         frame.loc[row, column], count=1)
     else:
@@ -71,8 +72,9 @@ def test_a_number_changed_in_a_store_fails_the_check(tmp_path, capsys, study, ta
         results_doc.main(["--check", "--root", str(root)])
     assert drifted.value.code == 1
     err = capsys.readouterr().err
-    assert f"{root / 'docs' / 'results.md'}: differs from the stores" in err
-    if table == "verdicts.csv":
+    if table != "answer.csv":  # the answer is README's first screen, not docs/results.md's
+        assert f"{root / 'docs' / 'results.md'}: differs from the stores" in err
+    if table in ("verdicts.csv", "answer.csv"):
         assert f"{root / 'README.md'}: differs from the stores" in err
     if column == "rank_at_d_dot_initial":  # a predictor of the held-out scores
         assert f"{root / 'results' / 'predictors.csv'}: differs from the stores" in err
@@ -80,3 +82,19 @@ def test_a_number_changed_in_a_store_fails_the_check(tmp_path, capsys, study, ta
     with pytest.raises(SystemExit) as fixed:
         results_doc.main(["--check", "--root", str(root)])
     assert fixed.value.code == 0
+
+
+def test_readmes_first_screen_is_the_answer_written_from_the_zoos_facts():
+    """The 15 lines after README's title answer which map, how much, how sure: the block that
+    results_doc.answer writes from results/reference/zoo/answer.csv, one line per size."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert lines[0] == "# kernelzoo"
+    first = lines[1:16]
+    block = results_doc.answer(ROOT)
+    assert block[0] in first and block[-1] in first and block[1] in first
+    facts = pd.read_csv(ROOT / "results" / "reference" / "zoo" / "answer.csv")
+    sizes = [line for line in first if line.startswith("- **d_dot ")]
+    assert [int(line.split()[2].rstrip("**:")) for line in sizes] == list(dict.fromkeys(facts["size"]))
+    best = facts[facts["kind"] == "holds"].iloc[0]
+    assert f"{best['subject']} {best['estimate']:.2f} [{best['low']:.2f}, {best['high']:.2f}]" \
+        in sizes[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis import (dynamics, factorial, optimisation, prediction, published,
+from kernelzoo.analysis import (answer, dynamics, factorial, optimisation, prediction, published,
                                 rank_bound, scaling, settings, stalls)
 from kernelzoo.analysis.capacity import by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.analysis.flags import flags
@@ -38,7 +38,7 @@ class Analysis:
     (capacity.csv); long: one row per configuration and view with its flags
     (``capacity.by_view``, capacity_long.csv); checked: ``stalls.check_outcomes``; published:
     the authors' points of the matching configurations; families: ``scaling.families``; moves:
-    ``optimisation.tables``; effects: ``factorial.table``;
+    ``optimisation.tables``; effects: ``factorial.table``; answer: ``answer.facts``;
     curves: the eval curves of the runs around each failure point; history: sweep.json (None
     without one); stall_lines: one line per stalled run; holes: a grid's missing points (None
     for a search); missing, damaged, set_aside: what could not be read or was left out."""
@@ -57,6 +57,7 @@ class Analysis:
     families: tuple = ()
     moves: tuple = ()
     effects: pd.DataFrame = field(default_factory=pd.DataFrame)
+    answer: pd.DataFrame = field(default_factory=pd.DataFrame)
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     history: dict | None = None
     stall_lines: tuple = ()
@@ -246,6 +247,7 @@ def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold
                                                      accuracy_threshold))),
         published=points, families=tuple(scaling.families(runs, seeds)),
         moves=optimisation.tables(seeds, capacity),
-        effects=factorial.table(capacity, seeds), curves=around, history=history,
+        effects=factorial.table(capacity, seeds), answer=answer.facts(capacity, seeds),
+        curves=around, history=history,
         stall_lines=tuple(lines), holes=None if is_search(runs) else tuple(grid_holes(runs)),
         damaged=tuple(damaged + unreadable), **base)

@@ -20,6 +20,7 @@ from kernelzoo.analysis.labels import bound, cell, natural
 from kernelzoo.analysis.pipeline import Analysis
 from kernelzoo.records.files import atomic_write_text
 from kernelzoo.records.history import experiment_points
+from kernelzoo.report.answer import answer_lines
 from kernelzoo.report.appendix import (PUBLISHED_NOTE, REFERENCE_NOTE, listing, figure_lines,
                                        noise, sweep_lines)
 from kernelzoo.report.rankings import between_sizes_section, efficiency_section, tier_section
@@ -185,7 +186,7 @@ def write_report(a: Analysis, figures: list[Path], omitted: list[str]) -> Path:
     """report.md of ``a``; ``figures`` and ``omitted``: ``figures.all_figures``."""
     runs, capacity = a.runs, a.capacity
     lines = [f"# Capacity analysis: `{a.experiment}`", "", protocol_line(runs), "", what_ran(a),
-             "", "## Capacity", "",
+             "", *answer_lines(a.answer), "## Capacity", "",
              *capacity_lines(a), "", "## Verdicts", "", *verdict_lines(verdicts(a)), "",
              "The sections below are the detail behind the table and the verdicts.", "",
              "## What was run", ""]

@@ -36,6 +36,8 @@ def write_tables(a: Analysis) -> None:
     _csv(a.exp_dir / "capacity_long.csv", a.long)
     _csv(a.exp_dir / "scaling.csv", scaling.table(list(a.families)))
     _csv(a.exp_dir / "verdicts.csv", verdicts(a))
+    if len(a.answer):
+        _csv(a.exp_dir / "answer.csv", a.answer)
     if not a.effects.empty:
         _csv(a.exp_dir / "factorial.csv", a.effects)
     if a.search:

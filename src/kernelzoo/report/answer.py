@@ -1,0 +1,74 @@
+"""The answer's words: report.md's first section and README's first screen, formatted from the
+answer's facts (``analysis.answer``, answer.csv) and nothing else."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from kernelzoo.analysis.compare import LEVEL, MOST_SEEDS
+from kernelzoo.analysis.labels import cell
+from kernelzoo.config.words import plural
+
+
+def _held(r) -> str:
+    return f"{r.subject} {r.estimate:.2f} [{r.low:.2f}, {r.high:.2f}]"
+
+
+def _seeds(r) -> str:
+    """The seeds that would decide: the median, and the range, infinite as "more than MOST"."""
+    def n(value):
+        return f"more than {MOST_SEEDS}" if not math.isfinite(value) else f"{value:.0f}"
+    spread = f"{n(r.low)} to {n(r.high)}"
+    if r.low == r.high:
+        return (f"the seeds that would decide it: {n(r.estimate)} per configuration (a "
+                "sample-size estimate at these seeds' spread)")
+    return (f"the seeds that would decide them: {n(r.estimate)} per configuration (median; "
+            f"{spread}, a sample-size estimate at these seeds' spread)")
+
+
+def size_lines(facts: pd.DataFrame) -> list[str]:
+    """One bullet per size: its first tier, how sure, what is apart and below."""
+    lines = []
+    for size, mine in facts.groupby("size", sort=False):
+        kinds = {k: rows for k, rows in mine.groupby("kind", sort=False)}
+        held = kinds["holds"]
+        n = sorted(set(held["n"]))
+        text = (f"- **d_dot {size}**: " + ", ".join(_held(r) for r in held.itertuples())
+                + (f" ({plural(n[0], 'seed')} each)" if len(n) == 1
+                   else f" ({n[0]} to {n[-1]} seeds)"))
+        pairs = kinds["pairs"].iloc[0]
+        if pairs.outcome == "one configuration":
+            text += ": alone in the first tier"
+        elif pairs.outcome == "cannot be told apart":
+            text += (": cannot be told apart, " + (
+                "the pair not separated" if pairs.n == 1 else
+                f"none of the {int(pairs.n)} pairs separated") + f" (Welch, {LEVEL:.1%})")
+        elif pairs.n == 0:
+            text += f": {pairs.outcome}"
+        else:
+            text += f": {pairs.outcome} (Welch, {LEVEL:.1%})"
+        if "seeds" in kinds:
+            text += "; " + _seeds(kinds["seeds"].iloc[0])
+        if "bounds" in kinds:
+            text += "; bounds apart: " + ", ".join(
+                f"{r.subject} {'>=' if r.outcome == 'never_fails' else '<='} {r.estimate:.2f}"
+                for r in kinds["bounds"].itertuples())
+        if "rest" in kinds:
+            r = kinds["rest"].iloc[0]
+            text += (f". Below the first tier ({plural(int(r.n), 'configuration')}) the best "
+                     f"is {_held(r)}")
+        lines.append(text + ".")
+    return lines
+
+
+def answer_lines(facts: pd.DataFrame) -> list[str]:
+    """report.md's "Answer" section ([] without a first tier at any size)."""
+    if facts.empty:
+        return []
+    return ["## Answer", "",
+            "Which configurations hold the most keys, per size of state, in the loss view (the "
+            "rank theory's n* / d_dot, median over seeds [interval]): each size's first tier "
+            "(intervals overlapping the best's and each other's), then how sure "
+            "(docs/analysis.md, \"The answer\"):", "", *size_lines(facts), ""]
