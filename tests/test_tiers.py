@@ -1,14 +1,12 @@
 """Tiers and measured flags (kernelzoo.analysis.tiers): configurations whose intervals overlap
 share a tier, bounds stand apart, the flags come from the runs; and on the committed zoo store
-the flags bear on the real swaps between views far more often than on those of random
-permutations of the accuracy view."""
+how many of the swaps between views a flag bears on."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -63,34 +61,44 @@ def test_flags_are_measured_on_the_runs():
     assert flag_words(found) == "diluted read-out; partial retrieval"
 
 
-RANDOM_BOUND = 0.6  # the share of random swaps the flags may bear on (docs/analysis.md)
+# (worse in the first view, better in the second): the flag that bears on a swap between them
+BEARS = {("loss", "accuracy"): ("diluted", None), ("accuracy", "keys_retrieved"): (None, "partial"),
+         ("loss", "keys_retrieved"): ("diluted", "partial")}
+
+
+def explains(capacity: pd.DataFrame, flag_rows: pd.DataFrame) -> tuple[int, int]:
+    """(swaps a flag bears on, swaps) as docs/analysis.md defines them: a swap is two
+    configurations of one size in different tiers in two views, in opposite orders; a flag bears
+    on it in its direction (BEARS: the one worse in the loss view has a diluted read-out, or the
+    one better in keys retrieved partial retrieval, and the other has not)."""
+    tier_rows = pd.DataFrame([(p.label, p.size, p.view, p.tier) for p in tiers.tiers(capacity)],
+                             columns=["label", "size", "view", "tier"]).astype({"tier": "Int64"})
+    flagged = flag_rows.set_index("label")
+    borne = swaps = 0
+    for _, rows in tier_rows.groupby("size"):
+        rows = rows.pivot(index="label", columns="view", values="tier").reindex(
+            columns=list(tiers.VIEWS))
+        for (a, b), (worse_a, better_b) in BEARS.items():
+            ta, tb = rows[a], rows[b]
+            both = rows.index[ta.notna() & tb.notna()]
+            for i, x in enumerate(both):
+                for y in both[i + 1:]:
+                    if ta[x] == ta[y] or tb[x] == tb[y] or (ta[x] < ta[y]) == (tb[x] < tb[y]):
+                        continue
+                    swaps += 1
+                    low_a, high_a = (x, y) if ta[x] > ta[y] else (y, x)  # worse in a
+                    borne += any(flagged.loc[low_a, f] and not flagged.loc[high_a, f]
+                                 for f in (worse_a, better_b) if f)
+    return borne, swaps
 
 
 @pytest.mark.skipif(not (ZOO / "runs.parquet").exists(), reason="no committed zoo store")
-def test_the_flags_bear_on_real_swaps_not_on_random_ones():
-    """The zoo store (d_dot 64 and 128): the flags bear on 47 of the 50 swaps between views;
-    permuting the accuracy view's efficiency among each size's configurations (100 times,
-    seeded), on 53% of the swaps in all, and no permutation reaches the real rate (the most:
-    82%): a permutation test at p < 0.01, and at most RANDOM_BOUND of random swaps in all."""
+def test_the_flags_describe_the_swaps_between_views_in_the_zoo():
+    """The zoo store (d_dot 64 and 128): the flags bear on 58 of the 63 swaps between views. A
+    description, not a test against chance: each flag is close to the swap it bears on by its
+    definition (a diluted read-out fails the loss view while answering every key), so no share
+    of random swaps is claimed (docs/analysis.md, Tiers per view and measured flags)."""
     capacity = pd.read_csv(ZOO / "capacity.csv")
     runs = pd.read_parquet(ZOO / "runs.parquet")
     runs = runs[runs["stall_check_of"].isna()]
-    flags = tiers.flags(capacity, runs, 0.01, 0.99)
-    borne, swaps = tiers.explains(tiers.tier_table(capacity), flags)
-    assert swaps >= 20 and borne / swaps >= 0.9, (borne, swaps)
-    rng = np.random.default_rng(0)
-    total, most = [0, 0], 0.0
-    d_dot = capacity["predicted_capacity"].astype(float)
-    for _ in range(100):
-        shuffled = capacity.copy()
-        for levels in tiers.sizes(capacity).values():
-            idx = capacity.index[capacity["predicted_capacity"].isin(levels)]
-            perm = rng.permutation(idx)
-            for column in ("observed_capacity_acc", "ci_low_acc", "ci_high_acc"):
-                shuffled.loc[idx, column] = (capacity.loc[perm, column] / d_dot[perm]).to_numpy() \
-                    * d_dot[idx].to_numpy()
-            for column in ("ratio_acc", "outcome_acc"):
-                shuffled.loc[idx, column] = capacity.loc[perm, column].to_numpy()
-        b, n = tiers.explains(tiers.tier_table(shuffled), flags)
-        total, most = [total[0] + b, total[1] + n], max(most, b / n if n else 0.0)
-    assert total[0] / total[1] <= RANDOM_BOUND and most < borne / swaps, (total, most)
+    assert explains(capacity, tiers.flags(capacity, runs, 0.01, 0.99)) == (58, 63)

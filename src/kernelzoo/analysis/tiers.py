@@ -56,14 +56,6 @@ def tiers(capacity: pd.DataFrame) -> list[Placed]:
     return found
 
 
-def tier_table(capacity: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration with a bounded d_dot and view: label, size, view and its tier
-    there (NA: a bound or no result)."""
-    table = pd.DataFrame([(p.label, p.size, p.view, p.tier) for p in tiers(capacity)],
-                         columns=["label", "size", "view", "tier"])
-    return table.astype({"tier": "Int64"})
-
-
 def _share(seeds_with: pd.Series, seeds: pd.Series) -> pd.Series:
     """Per label: True when at least half its seeds are in ``seeds_with``."""
     return seeds_with.groupby(level=0).size().reindex(seeds.index, fill_value=0) * 2 >= seeds
@@ -106,31 +98,3 @@ def flags(capacity: pd.DataFrame, runs: pd.DataFrame, threshold: float,
                      **{k: getattr(r, k, pd.NA) for k in
                         ("blew_up", "learned_then_lost", "never_learned")}})
     return pd.DataFrame(rows)
-
-
-BEARS = {("loss", "accuracy"): ("diluted", None), ("accuracy", "keys_retrieved"): (None, "partial"),
-         ("loss", "keys_retrieved"): ("diluted", "partial")}  # (worse in the first, better in
-# the second): the flag that bears on a swap between the two views
-
-
-def explains(tier_rows: pd.DataFrame, flag_rows: pd.DataFrame) -> tuple[int, int]:
-    """(swaps a flag bears on, swaps): a swap is two configurations of one size in different
-    tiers in two views, in opposite orders; a flag bears on it in its direction (BEARS: the
-    configuration worse in the loss view has a diluted read-out, or the one better in keys
-    retrieved has partial retrieval, and the other has not)."""
-    flagged = flag_rows.set_index("label")
-    borne = swaps = 0
-    for _, rows in tier_rows.groupby("size"):
-        rows = rows.pivot(index="label", columns="view", values="tier").reindex(columns=VIEWS)
-        for (a, b), (worse_a, better_b) in BEARS.items():
-            ta, tb = rows[a], rows[b]
-            both = rows.index[ta.notna() & tb.notna()]
-            for i, x in enumerate(both):
-                for y in both[i + 1:]:
-                    if ta[x] == ta[y] or tb[x] == tb[y] or (ta[x] < ta[y]) == (tb[x] < tb[y]):
-                        continue
-                    swaps += 1
-                    low_a, high_a = (x, y) if ta[x] > ta[y] else (y, x)  # worse in a
-                    borne += any(flagged.loc[low_a, f] and not flagged.loc[high_a, f]
-                                 for f in (worse_a, better_b) if f)
-    return borne, swaps
