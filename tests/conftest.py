@@ -367,3 +367,9 @@ def repository_unchanged():
         changed = sorted(set(after.splitlines()) ^ set(before.splitlines()))
         pytest.fail("the tests changed the repository's files: " + "; ".join(changed[:10]),
                     pytrace=False)
+
+
+def legend_labels(ax) -> list[str]:
+    """The texts of a matplotlib axes' legend, top to bottom ([] without a legend)."""
+    found = ax.get_legend()
+    return [] if found is None else [text.get_text() for text in found.get_texts()]

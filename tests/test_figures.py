@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
+from conftest import legend_labels
 from synthetic import write_grid_store, write_update_store
 
 from kernelzoo.analysis import efficiency, published, scaling
@@ -121,7 +122,7 @@ def test_loss_vs_keys_keeps_to_the_store_with_its_labels_inside(grid):
     assert all(inside(t, ax) for t in texts)
     floors = [line for line in ax.get_lines() if line.get_gid() == "rank-floor"]
     assert floors and max(max(line.get_xdata()) for line in floors) <= 320
-    assert any("rank bound" in t for t in style.legend_labels(ax))
+    assert any("rank bound" in t for t in legend_labels(ax))
 
 
 def test_fwm_against_its_floor_and_diverged_runs_at_the_top(update, drawn):
@@ -129,12 +130,12 @@ def test_fwm_against_its_floor_and_diverged_runs_at_the_top(update, drawn):
     fig = drawn(plots.loss_vs_keys, runs, capacity, published.points(runs),
                 style.config_colors(capacity["label"]), TAU)
     top, bottom = [ax for ax in fig.axes if ax.get_legend() is not None]
-    assert "DPFP-1 fwm" in style.legend_labels(bottom)
-    assert "DPFP-1 fwm" not in style.legend_labels(top)
+    assert "DPFP-1 fwm" in legend_labels(bottom)
+    assert "DPFP-1 fwm" not in legend_labels(top)
     floor = [line for line in bottom.get_lines() if line.get_gid() == "fwm-floor"]
     assert len(floor) == 1
     assert floor[0].get_ydata() == pytest.approx(0.5 / floor[0].get_xdata())
-    assert any("0.5 / S" in t for t in style.legend_labels(bottom))
+    assert any("0.5 / S" in t for t in legend_labels(bottom))
     assert not any(line.get_gid() == "failure-point" for line in bottom.get_lines())
     assert not any(np.allclose(line.get_ydata(), TAU) for line in bottom.get_lines()
                    if len(line.get_ydata()))  # no tau line
@@ -146,8 +147,8 @@ def test_fwm_against_its_floor_and_diverged_runs_at_the_top(update, drawn):
     y = dict(zip(median.get_xdata(), median.get_ydata()))
     assert np.isnan(y[60]) and np.isnan(y[100]) and y[80] == pytest.approx(0.3)
     assert top.get_ylim()[1] < 1  # the marks do not stretch the scale
-    assert any("2 diverged" in t for t in style.legend_labels(top))
-    assert any("with replacement" in t for t in style.legend_labels(top))  # why no floor
+    assert any("2 diverged" in t for t in legend_labels(top))
+    assert any("with replacement" in t for t in legend_labels(top))  # why no floor
 
 
 def test_every_error_bar_says_what_it_is(grid, update, drawn):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import legend_labels
 from matplotlib.figure import Figure
 from synthetic import analyze_store, write_run, write_series
 
@@ -149,7 +150,7 @@ def draw_loss(runs, capacity, points=None):
 def test_loss_vs_keys_legend_markers_and_lines(analysed):
     _, runs, capacity = analysed
     ax = draw_loss(runs, capacity)
-    labels = style.legend_labels(ax)
+    labels = legend_labels(ax)
     assert labels[:8] == ["DPFP-1", "DPFP-2", "ELU+1", "FAVOR+ input_scale=1 m=64",
                           "FAVOR+ input_scale=1 m=128", "FAVOR+ input_scale=1 m=512",
                           "FAVOR+ performer m=64", "softmax"]
@@ -177,7 +178,7 @@ def test_loss_vs_keys_legend_markers_and_lines(analysed):
 def test_without_published_points_no_overlay(analysed):
     _, runs, capacity = analysed
     ax = draw_loss(runs, capacity, pd.DataFrame(columns=list(published.POINT_COLUMNS)))
-    assert not any(lab.startswith("published") for lab in style.legend_labels(ax))
+    assert not any(lab.startswith("published") for lab in legend_labels(ax))
     assert not any(line.get_gid() == "published" for line in ax.get_lines())
 
 

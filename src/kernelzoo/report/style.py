@@ -141,9 +141,3 @@ def error_bar(ax, x: float, y: float, low, high, kind: str, color, horizontal: b
     if bar:
         drawn[2][0].set_linestyle("-" if solid else (0, (3, 2)))
         drawn[2][0].set_gid("interval" if solid else "bracket")
-
-
-def legend_labels(ax) -> list[str]:
-    """The texts of the axes' legend, top to bottom ([] without a legend)."""
-    found = ax.get_legend()
-    return [] if found is None else [text.get_text() for text in found.get_texts()]
