@@ -224,6 +224,13 @@ class _suppress:
 
 def _group_alive(pgid: int) -> bool:
     """True while some process (not a zombie) of group ``pgid`` is left."""
+    return bool(group_members(pgid))
+
+
+def group_members(pgid: int) -> list[str]:
+    """The live processes (not zombies) of group ``pgid``, each as "pid: command line", for an
+    assertion's message."""
+    found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
@@ -231,8 +238,12 @@ def _group_alive(pgid: int) -> bool:
             continue
         fields = text.rsplit(")", 1)[-1].split()
         if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+            try:
+                line = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                line = "?"
+            found.append(f"{stat.parent.name}: {line[:200]}")
+    return found
 
 
 @pytest.fixture

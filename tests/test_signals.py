@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, _group_alive, json_file, train
+from conftest import PYTHON, _group_alive, group_members, json_file, train
 
 from kernelzoo.records import store
 from kernelzoo.training import interrupt
@@ -143,7 +143,8 @@ def test_sigterm_to_one_joblib_worker_is_one_line_and_recorded(tmp_path, cli_env
     last = json_file(results / "sig" / "sweep.json")["invocations"][-1]
     assert last["failed"] == lines[-1].removeprefix("error: ")
     assert not _group_alive(sweep.pgid) or sweep.wait_for(
-        lambda b: not _group_alive(b.pgid), timeout=10), "a worker outlived its sweep"
+        lambda b: not _group_alive(b.pgid), timeout=10), \
+        f"a worker outlived its sweep: {group_members(sweep.pgid)}"
 
 
 def test_a_closed_stdout_costs_output_not_a_run(monkeypatch):
