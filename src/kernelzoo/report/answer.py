@@ -8,7 +8,6 @@ import math
 import pandas as pd
 
 from kernelzoo.analysis.compare import LEVEL, MOST_SEEDS
-from kernelzoo.analysis.labels import cell
 from kernelzoo.config.words import plural
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import shutil
 import subprocess
 import signal
