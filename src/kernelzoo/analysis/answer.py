@@ -66,19 +66,15 @@ def facts(capacity: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
         separated = tested = 0
         needed, untested = [], set()
         for a, b in itertools.combinations([p.label for p in top], 2):
-            va, oa = compare.values(seeds, a, VIEW)
-            vb, ob = compare.values(seeds, b, VIEW)
-            d = compare.difference(va, vb, oa, ob, VIEW)
+            d = next(d for d in compare.compare(seeds, a, b) if d.view == VIEW)
             if d.why:  # a bound, a seed without a result, one seed, no spread: no interval
-                untested.add(UNTESTED[next(k for k in UNTESTED if d.why.startswith(k))])
+                untested.add(next((w for k, w in UNTESTED.items() if d.why.startswith(k)), d.why))
                 continue
             tested += 1
             if d.verdict != "cannot tell":
                 separated += 1
             else:
-                n = compare.seeds_needed(d.difference, float(va.std(ddof=1)),
-                                         float(vb.std(ddof=1)))
-                needed.append(math.inf if n is None else n)
+                needed.append(math.inf if d.seeds_needed is None else d.seeds_needed)
         pairs = len(top) * (len(top) - 1) // 2
         why = ", ".join(sorted(untested))
         outcome = ("one configuration" if pairs == 0 else

@@ -52,8 +52,8 @@ def _arms(name: str, common: list[str], rows: dict, small: int, large: int,
         if shares:
             key = changed[0]
             found.append(f"{key}={their_settings.get(key, 'its default')} beside it holds "
-                         + "; ".join(shares) + f" (its efficiency over this one's: {key}'s measured "
-                         "share)")
+                         + "; ".join(shares)
+                         + f" (its efficiency over this one's: {key}'s measured share)")
     return found
 
 

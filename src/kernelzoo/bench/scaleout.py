@@ -11,7 +11,8 @@ For each map and n_keys of ``ROWS``, the kernelzoo training step of ``throughput
 
 Each process warms up (``WARMUP`` steps) and then counts the steps it finishes in one shared
 window of wall time; the three ways take turns, ``REPEATS`` times, and each way's best counts
-(other load on the machine only slows a window). Per row: steps per second of wall in each way; ``workers / threads``
+(other load on the machine only slows a window). Per row: steps per second of wall in each
+way; ``workers / threads``
 (above 1: one worker per core is the better use of the cores at that size) and the scale-out
 efficiency ``workers / (cores x one)``: the share of one worker's throughput each worker keeps
 when every core works (memory bandwidth and caches are shared), which is what a box with more

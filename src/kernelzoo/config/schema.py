@@ -36,7 +36,8 @@ EXPERIMENTS = CONF / "experiments"  # the named sweeps: the repo's experiments/,
 # the update rules: the modules of kernelzoo.core.rules (one file each; its registry, which this
 # layer cannot import, holds the same names: tests/test_rules.py)
 RULES_DIR = Path(importlib.util.find_spec("kernelzoo.core.rules").submodule_search_locations[0])
-UPDATE_RULES = tuple(sorted(p.stem for p in RULES_DIR.glob("*.py") if p.stem not in ("__init__", "base")))
+UPDATE_RULES = tuple(sorted(p.stem for p in RULES_DIR.glob("*.py")
+                            if p.stem not in ("__init__", "base")))
 VIEWS = ("loss", "accuracy", "keys_retrieved")  # of capacity (analysis.capacity), as searched
 NORMALISATIONS = ("attention", "sum", "none")
 SEED_MAX = 2**63 - 1  # torch generators take 64 bits; the evaluation stream adds an offset

@@ -180,10 +180,10 @@ def flushes_denormals(setting: str, update_rule: str, normalisation: str, traini
       Evaluations keep IEEE gradual underflow: outputs that small still rank the values for
       accuracy.
 
-    The delta rules (delta, gated_delta) and sum normalisation keep IEEE gradual underflow: there a number that small
-    is part of what a run measures (a sum-normalised key of underflowed features is 0 / 0 when
-    flushed; FAVOR+'s exp features reach 1e-43 before its delta-rule runs divide 0 by 0,
-    results/reference/figure3)."""
+    The delta rules (delta, gated_delta) and sum normalisation keep IEEE gradual underflow: there
+    a number that small is part of what a run measures (a sum-normalised key of underflowed
+    features is 0 / 0 when flushed; FAVOR+'s exp features reach 1e-43 before its delta-rule runs
+    divide 0 by 0, results/reference/figure3)."""
     if setting != "auto":
         return setting == "true"
     return rules.get(update_rule).flushes_denormals(training, normalisation)

@@ -235,8 +235,8 @@ def footprint(phi, mem, tr, runs: list[tuple[int, int, int]], device_type: str =
         if normalise:
             base += (NL * D + NL) * b  # sum_normalise and its sums
         read, kept, back = rule.train_bytes(rules.Sizes(
-            N=N, L=L, Q=1, D=D, S=S, b=b, chunk_size=mem.chunk_size, normalise=normalise,
-            base=base, keys=k, values=v, gates=beta, features=features))
+            N=N, L=L, Q=1, D=D, S=S, b=b, chunk_size=mem.chunk_size, base=base, keys=k,
+            values=v, gates=beta, features=features))
         forward = [gathered, beta + cost.at("peak", NL, N), *read, kept + N * S * b + loss]
         backward = [*back, beta + features + cost.at("backward", NL, N)]
     parameter_grads = (trained + 2 * R * embedding) * b  # the embedding's two gradients, summed
@@ -297,5 +297,5 @@ def _evaluation(phi, mem, dtype, sliced, b, S, L, N, Q) -> float:
     if normalise:
         base += (NL + N * Q) * D * b
     read = rule.eval_bytes(rules.Sizes(N=N, L=L, Q=Q, D=D, S=S, b=b, chunk_size=mem.chunk_size,
-                                       normalise=normalise, base=base))
+                                       base=base))
     return max(gathered, mapped + N * Q * d * b, read, base + N * S * D * b + 2 * y)

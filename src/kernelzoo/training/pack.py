@@ -1,8 +1,8 @@
 """A pack: runs that share everything but ``seed`` and ``n_keys``, trained as one with batched ops.
 
 Each run is built exactly as it would be alone (``RetrievalModel`` after ``torch.manual_seed``
-of its seed). The pack stacks the model's own parameters (embedding, W_k, W_q, the gates W_beta, W_alpha) along a
-leading run axis, padded to the pack's largest run:
+of its seed). The pack stacks the model's own parameters (embedding, W_k, W_q, the gates W_beta,
+W_alpha) along a leading run axis, padded to the pack's largest run:
 
 - the embedding table (2S, e) becomes (2S_max, e_max): key rows [0, S) stay in place, the
   (unused) value rows move to [S_max, S_max + S), columns past e are 0;

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Sizes:
     """What the memory estimate knows of one read: N sequences of L written pairs, Q queries each,
-    D features, S value slots, b bytes a number, the rule's chunk_size, whether keys and queries
-    are sum-normalised; and the bytes already held when the read starts (``base``: features,
+    D features, S value slots, b bytes a number, the rule's chunk_size; and the bytes already
+    held when the read starts (``base``: features, sum-normalised copies where they are made,
     one-hot values, gates and masks; ``keys``: the projected keys and queries, alive through
     the read-out; ``values``: the one-hot values alone; ``gates``: beta (and alpha)'s bytes;
     ``features``: what phi(k) and its backward keep)."""
@@ -36,7 +36,6 @@ class Sizes:
     S: int
     b: int
     chunk_size: int
-    normalise: bool
     base: float = 0.0
     keys: float = 0.0
     values: float = 0.0
