@@ -108,3 +108,24 @@ def write_update_store(exp_dir: Path) -> None:
     write_series(exp_dir, {n: 0.5 / n if n == 20 else 0.5 for n in grid}, feature_map="dpfp",
                  params={"nu": 1}, d_dot=128, update_rule="fwm", task="update",
                  config=REPLACEMENT)
+
+
+def seeds_of_capacity(capacity) -> "pd.DataFrame":
+    """A seeds table (``capacity.seed_table``'s columns) whose three seeds per configuration are
+    its interval's ends and its median in every view (a 3-seed order-statistic interval is the
+    seeds' range), each seed with the configuration's outcome in that view."""
+    import pandas as pd
+
+    from kernelzoo.analysis.capacity import SUFFIX
+
+    rows = []
+    for r in capacity.to_dict("records"):
+        for i, at in enumerate(("ci_low", "observed_capacity", "ci_high"), 1):
+            row = {"label": r["label"], "seed": i}
+            for s in SUFFIX.values():
+                outcome = r.get(f"outcome{s}", "fails_at")
+                bound = outcome in ("never_fails", "fails_everywhere")
+                row[f"value{s}"] = r[f"observed_capacity{s}" if bound else f"{at}{s}"]
+                row[f"outcome{s}"] = outcome
+            rows.append(row)
+    return pd.DataFrame(rows)

@@ -7,6 +7,7 @@ import pandas as pd
 
 from kernelzoo.analysis import rankings, tiers
 from kernelzoo.report.rankings import tier_section
+from synthetic import seeds_of_capacity
 
 
 def row(label, d_dot, loss, acc, keys, outcome_acc="fails_at", outcome_keys="fails_at",
@@ -56,7 +57,8 @@ def test_the_tiers_section_lists_limits_sizes_and_the_reference():
     capacity = table()
     runs = pd.DataFrame(columns=["label", "seed", "n_keys", "status", "final_eval_loss",
                                  "final_eval_accuracy"])
-    lines = tier_section(capacity, tiers.flags(capacity, runs, 0.01, 0.99))
+    placed = tuple(tiers.tiers(capacity, seeds_of_capacity(capacity)))
+    lines = tier_section(capacity, placed, tiers.flags(capacity, runs, 0.01, 0.99))
     assert lines[0] == "## Tiers per view"
     assert "### d_dot 64" in lines and "### d_dot 128" in lines
     e = next(line for line in lines if line.startswith("| E |"))
@@ -66,5 +68,5 @@ def test_the_tiers_section_lists_limits_sizes_and_the_reference():
     assert "bound: >= 3.03" in c and "bound in keys retrieved" in c
     assert ("Reference, no d_dot: S, failure point loss 500; accuracy 500; keys retrieved "
             ">= 500.") in lines
-    assert tier_section(capacity, None, level=3)[0] == "### Tiers per view"
+    assert tier_section(capacity, placed, None, level=3)[0] == "### Tiers per view"
     assert not math.isnan(rankings.COLLAPSE)

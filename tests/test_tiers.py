@@ -7,11 +7,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
-from kernelzoo.analysis import tiers
+from kernelzoo.analysis import pipeline, tiers
 from kernelzoo.report.rankings import flag_words, tier_section
+from synthetic import seeds_of_capacity
 
 ZOO = Path(__file__).resolve().parents[1] / "results" / "reference" / "zoo"
 
@@ -29,18 +32,24 @@ def capacity_of(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def test_overlapping_intervals_share_a_tier_and_bounds_stand_apart():
+def test_tiers_are_cut_by_tukeys_hsd_and_bounds_stand_apart():
     capacity = capacity_of([("A", 64, 60, 58, 62, "fails_at"), ("B", 64, 57, 55, 59, "fails_at"),
                             ("C", 64, 50, 45, 56, "fails_at"), ("D", 64, 40, 38, 42, "fails_at"),
                             ("E", 64, 40, 38, 42, "fails_at"), ("F", 64, 256, 256, 256,
                                                                "never_fails")])
-    placed = {p.label: p for p in tiers.tiers(capacity) if p.view == "accuracy"}
-    # A-B overlap; C overlaps B but lies apart from A: the next tier, never one by a chain
-    # (ReLU [0.62, 0.79] shared the zoo's first tier with DPFP-4 [0.95, 0.96]); D and E tie
+    seeds = seeds_of_capacity(capacity)
+    placed = {p.label: p for p in tiers.tiers(capacity, seeds) if p.view == "accuracy"}
+    # HSD does not separate A and B, nor B and C, but A and C: C opens the next tier, never one
+    # by a chain (ReLU [0.62, 0.79] shared the zoo's first tier with DPFP-4 [0.95, 0.96]); D
+    # and E tie
+    hsd = stats.tukey_hsd(*[seeds.loc[seeds["label"] == x, "value_acc"] for x in "ABCDE"])
+    assert hsd.pvalue[0, 1] >= tiers.ALPHA and hsd.pvalue[1, 2] >= tiers.ALPHA
+    assert hsd.pvalue[0, 2] < tiers.ALPHA and hsd.pvalue[2, 3] < tiers.ALPHA
     assert {k: p.tier for k, p in placed.items()} == {"A": 1, "B": 1, "C": 2, "D": 3, "E": 3,
                                                       "F": None}
     assert placed["F"].efficiency == 4.0
-    lines = tier_section(capacity, None)
+    lines = tier_section(capacity, tuple(placed_all := tiers.tiers(capacity, seeds)), None)
+    assert placed["F"].apart == "bound" and len(placed_all) == 18
     row = next(line for line in lines if line.startswith("| F |"))
     assert "bound: >= 4.00" in row
     assert [line.split(" |")[0] for line in lines if line.startswith("| ")][1:] == [
@@ -66,12 +75,12 @@ BEARS = {("loss", "accuracy"): ("diluted", None), ("accuracy", "keys_retrieved")
          ("loss", "keys_retrieved"): ("diluted", "partial")}
 
 
-def explains(capacity: pd.DataFrame, flag_rows: pd.DataFrame) -> tuple[int, int]:
+def explains(placed, flag_rows: pd.DataFrame) -> tuple[int, int]:
     """(swaps a flag bears on, swaps) as docs/analysis.md defines them: a swap is two
     configurations of one size in different tiers in two views, in opposite orders; a flag bears
     on it in its direction (BEARS: the one worse in the loss view has a diluted read-out, or the
     one better in keys retrieved partial retrieval, and the other has not)."""
-    tier_rows = pd.DataFrame([(p.label, p.size, p.view, p.tier) for p in tiers.tiers(capacity)],
+    tier_rows = pd.DataFrame([(p.label, p.size, p.view, p.tier) for p in placed],
                              columns=["label", "size", "view", "tier"]).astype({"tier": "Int64"})
     flagged = flag_rows.set_index("label")
     borne = swaps = 0
@@ -94,11 +103,29 @@ def explains(capacity: pd.DataFrame, flag_rows: pd.DataFrame) -> tuple[int, int]
 
 @pytest.mark.skipif(not (ZOO / "runs.parquet").exists(), reason="no committed zoo store")
 def test_the_flags_describe_the_swaps_between_views_in_the_zoo():
-    """The zoo store (d_dot 64 and 128): the flags bear on 58 of the 63 swaps between views. A
+    """The zoo store (d_dot 64 and 128): the flags bear on 36 of the 37 swaps between views. A
     description, not a test against chance: each flag is close to the swap it bears on by its
     definition (a diluted read-out fails the loss view while answering every key), so no share
     of random swaps is claimed (docs/analysis.md, Tiers per view and measured flags)."""
     capacity = pd.read_csv(ZOO / "capacity.csv")
     runs = pd.read_parquet(ZOO / "runs.parquet")
     runs = runs[runs["stall_check_of"].isna()]
-    assert explains(capacity, tiers.flags(capacity, runs, 0.01, 0.99)) == (58, 63)
+    seeds = pipeline.seeds_of(ZOO, "zoo", 0.01, 0.99)
+    assert explains(tiers.tiers(capacity, seeds), tiers.flags(capacity, runs, 0.01, 0.99)) \
+        == (36, 37)
+
+
+def test_the_tiers_hsd_is_scipys_tukey_hsd():
+    """On random families (2 to 8 configurations of 2 to 5 seeds), a pair is separated exactly
+    where scipy's ``tukey_hsd`` gives p below ALPHA."""
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        k = int(rng.integers(2, 9))
+        samples = {f"c{i}": rng.normal(rng.normal(0, 1.5), 1.0, int(rng.integers(2, 6)))
+                   for i in range(k)}
+        ours = tiers._separated(samples)
+        p = stats.tukey_hsd(*samples.values()).pvalue
+        labels = list(samples)
+        assert ours == {(a, b): bool(p[i, j] < tiers.ALPHA) for i, a in enumerate(labels)
+                        for j, b in enumerate(labels) if i != j}
+    assert tiers._separated({"a": np.ones(3), "b": np.ones(3)}) is None  # no spread: no test

@@ -215,10 +215,9 @@ def test_figures_draw_only_the_views_a_search_located():
 
 
 def test_the_answer_states_the_first_tier_and_tests_every_pair_of_it(tmp_path):
-    """The grid store at size 64 (d_dot 64-66): ELU+1 (3 seeds), ReLU and ReLU² (one seed each)
-    in the loss view's first tier; a pair with a one-seed map has no interval, so no pair is
-    tested and the tier is not said to be told apart or not, the reason named; each size's
-    facts carry stable ids, and report.md's first section formats them."""
+    """The grid store at size 64 (d_dot 64-66): ELU+1 (3 seeds) is the one configuration a test
+    can place; ReLU and ReLU² (one seed each) are listed apart, untested, with the reason; each
+    size's facts carry stable ids, and report.md's first section formats them."""
     from kernelzoo.analysis import answer
     from synthetic import write_grid_store
 
@@ -228,11 +227,13 @@ def test_the_answer_states_the_first_tier_and_tests_every_pair_of_it(tmp_path):
     assert list(facts.columns) == list(answer.COLUMNS)
     at64 = facts[facts["size"] == 64].set_index("id")
     held = at64[at64["kind"] == "holds"]
-    assert set(held["subject"]) <= {"ELU+1", "ReLU", "ReLU²", "FAVOR+ m=32"} and len(held) >= 2
+    assert list(held["subject"]) == ["ELU+1"] and held["n"].iloc[0] == 3
     assert all(i == f"answer.64.holds.{s}" for i, s in zip(held.index, held["subject"]))
     pairs = at64.loc["answer.64.pairs"]
-    assert pairs["n"] == 0 and pairs["outcome"] == "no pair tested (one seed)"
+    assert pairs["n"] == 0 and pairs["outcome"] == "one configuration"
+    untested = at64[at64["kind"] == "untested"]
+    assert {"ReLU", "ReLU²"} <= set(untested["subject"]) and set(untested["outcome"]) == {"one seed"}
     report = (exp / "report.md").read_text()
     assert report.index("## Answer") < report.index("## Capacity")
     assert f"- **d_dot 64**: {held['subject'].iloc[0]} " in report
-    assert pairs["outcome"] in report
+    assert "alone in the first tier" in report and "(one seed)" in report

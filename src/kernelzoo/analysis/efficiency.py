@@ -13,12 +13,14 @@ import pandas as pd
 from kernelzoo.analysis.capacity import VIEWS, by_view
 
 
-def efficiency_order(capacity: pd.DataFrame, view: str = "loss") -> pd.DataFrame:
+def efficiency_order(capacity: pd.DataFrame, view: str = "loss",
+                     long: pd.DataFrame | None = None) -> pd.DataFrame:
     """The configurations with a bounded d_dot and a result in ``view``, most efficient first:
     their rows of the long table (``capacity.by_view``: failure_point, ci_low, ci_high, outcome,
-    interval, ratio, ... of that view), efficiency = failure point / d_dot (its ``ratio``) with
-    its interval ``efficiency_low``, ``efficiency_high`` from its ci columns."""
-    rows = by_view(capacity)
+    interval, ratio, ... of that view; ``long``: that table where the caller has it), efficiency
+    = failure point / d_dot (its ``ratio``) with its interval ``efficiency_low``,
+    ``efficiency_high`` from its ci columns."""
+    rows = by_view(capacity) if long is None else long
     rows = rows[(rows["view"] == view) & rows["predicted_capacity"].notna()
                 & rows["ratio"].notna()].copy()
     d_dot = rows["predicted_capacity"].astype(float)

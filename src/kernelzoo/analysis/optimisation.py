@@ -9,6 +9,7 @@ and the stopping rule").
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -26,9 +27,9 @@ ALPHA = 0.05
 VERDICTS = ("rises beyond the margin", "rises, size not pinned down", "does not move",
             "cannot tell")
 RISES = VERDICTS[:2]
-POWER = 0.5  # the power to say "does not move" below which it cannot tell
 DETECT = 0.8  # the power at which the smallest detectable rise is given
 BOUNDS = ("never_fails", "fails_everywhere")  # the outcomes whose seed values are bounds
+MAX_CORNERS = 12  # bounded seeds in one comparison beyond which it cannot tell (2^12 corners)
 
 
 def _spread(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -67,49 +68,88 @@ TESTS = {"welch": welch, "paired": paired}
 
 def bounds(test, level: float) -> tuple[np.ndarray, np.ndarray]:
     """(lower, upper): the one-sided ``level`` bounds of d from a test's (d, se, dof); NaN
-    without a standard error, d itself where neither side spreads."""
+    without a standard error or where the seeds do not spread (se 0: no variance to test)."""
     d, se, dof = test
     spread = np.isfinite(se) & (se > 0)
-    half = np.where(spread, stats.t.ppf(level, np.where(spread, dof, 1.0)) * se,
-                    np.where(np.isfinite(se), 0.0, np.nan))
+    half = np.where(spread, stats.t.ppf(level, np.where(spread, dof, 1.0)) * se, np.nan)
     return d - half, d + half
 
 
-def decide(lower, upper, delta, power=None) -> np.ndarray:
+def corners(base: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray],
+            test: str, level: float) -> tuple[float, float, float]:
+    """(d, lower, upper) of ``test`` over every value the seeds' bounds allow: ``base`` and
+    ``other`` are the (lo, hi) of the same seeds at two levels (NaN where a level lacks a seed).
+    A one-sided lower bound d - t se is concave in the seed values (se is a norm of them) and
+    the upper bound convex, so over the box of allowed values the lowest lower bound and the
+    highest upper bound lie at its corners: each bounded seed at either end. An open end (a
+    lower bound's inf) takes them to -inf and +inf. With a bound among Welch's seeds its degrees
+    of freedom are the smaller sample's less one (the Welch-Satterthwaite count moves with the
+    values; this one never exceeds it), so t is fixed and the corners are exact. d is NaN unless
+    every seed is a point."""
+    lo = np.concatenate([base[0], other[0]])
+    hi = np.concatenate([base[1], other[1]])
+    if np.isinf(hi).any():
+        return math.nan, -math.inf, math.inf
+    free = np.flatnonzero((lo != hi) & np.isfinite(lo))
+    if len(free) > MAX_CORNERS:
+        return math.nan, -math.inf, math.inf
+    n = len(base[0])
+    lowest, highest, d = math.inf, -math.inf, math.nan
+    for pick in itertools.product((0, 1), repeat=len(free)):
+        x = lo.copy()
+        x[free] = np.where(np.asarray(pick, bool), hi[free], lo[free])
+        found = TESTS[test](x[:n], x[n:])
+        if test == "welch" and len(free):
+            found = (*found[:2], min(np.isfinite(x[:n]).sum(), np.isfinite(x[n:]).sum()) - 1.0)
+        low, high = (float(v) for v in bounds(found, level))
+        if math.isnan(low):  # a corner without spread: no interval
+            return (math.nan if len(free) else float(found[0])), math.nan, math.nan
+        lowest, highest = min(lowest, low), max(highest, high)
+        d = float(found[0]) if not len(free) else math.nan
+    return d, lowest, highest
+
+
+def decide(lower, upper, delta) -> np.ndarray:
     """The verdict (module docstring) from each other level's Bonferroni ``lower`` bound and
     95% ``upper`` bound, the levels along the last axis; ``delta`` a number or one per
-    leading index; ``power`` (the power to say "does not move", one per leading index; None:
-    not asked) gates "does not move"."""
+    leading index."""
     lower, upper = np.asarray(lower, float), np.asarray(upper, float)
     delta = np.asarray(delta, float)
     beyond = (lower > delta[..., None]).any(-1)
     rises = (lower > 0).any(-1)
     holds = (upper < delta[..., None]).all(-1)
-    if power is not None:
-        holds &= np.asarray(power, float) >= POWER
     return np.where(beyond, VERDICTS[0], np.where(rises, VERDICTS[1],
                                                   np.where(holds, VERDICTS[2], VERDICTS[3])))
 
 
-def hold_power(test, delta: float) -> float:
-    """The chance that a level's one-sided 95% upper bound falls below ``delta`` when it does not
-    rise, at its test's (d, se, dof): T((delta - min(d, 0)) / se - t_0.95); 1 without spread,
-    NaN without an interval."""
-    d, se, dof = test
-    if not np.isfinite(se):
-        return math.nan
-    if se == 0:
-        return 1.0 if delta > min(d, 0) else 0.0
-    return float(stats.t.cdf((delta - min(d, 0)) / se - stats.t.ppf(1 - ALPHA, dof), dof))
+def pooled_se(spread: tuple[float, float], test: str, n0: int, n1: int,
+              d_dot: float) -> tuple[float, float]:
+    """(se, dof) of a level's difference at the store's pooled spread (``spread``: the pooled
+    variance of failure point / d_dot within a configuration and level, or of a seed's paired
+    difference / d_dot, and its degrees of freedom) for ``n0`` and ``n1`` seeds."""
+    var, dof = spread
+    if not (dof > 0 and math.isfinite(d_dot)):
+        return math.nan, math.nan
+    if test == "paired":
+        return d_dot * math.sqrt(var / min(n0, n1)), dof
+    return d_dot * math.sqrt(var * (1 / n0 + 1 / n1)), dof
 
 
-def detectable(test, level: float) -> float:
-    """The rise the one-sided ``level`` lower bound shows above 0 with 80% power, at the test's
-    (d, se, dof): (t_level + t_0.8) se."""
-    _, se, dof = test
-    if not np.isfinite(se):
+def hold_power(se: float, dof: float, delta: float) -> float:
+    """The chance that a level's one-sided 95% upper bound falls below ``delta`` when the level
+    does not move the failure point, at a standard error ``se`` with ``dof`` degrees of freedom
+    (the store's pooled spread, ``pooled_se``): T(delta / se - t_0.95); NaN without one."""
+    if not (se > 0 and dof > 0):
         return math.nan
-    return float((stats.t.ppf(level, dof) + stats.t.ppf(DETECT, dof)) * se) if se > 0 else 0.0
+    return float(stats.t.cdf(delta / se - stats.t.ppf(1 - ALPHA, dof), dof))
+
+
+def detectable(se: float, dof: float, level: float) -> float:
+    """The rise the one-sided ``level`` lower bound shows above 0 with 80% power, at the pooled
+    ``se`` and ``dof``: (t_level + t_0.8) se."""
+    if not (se > 0 and dof > 0):
+        return math.nan
+    return float((stats.t.ppf(level, dof) + stats.t.ppf(DETECT, dof)) * se)
 
 
 @dataclass(frozen=True)
@@ -165,15 +205,20 @@ def table(seeds: pd.DataFrame, capacity: pd.DataFrame,
         group=[setting.without(label) for label in capacity["label"]])
     merged = seeds.merge(config[config["level"].notna()], on="label")
     base = setting.base
-    rows = []
+    groups = []
     for group, part in merged.groupby("group", sort=False):
         levels = sorted(set(part["level"]))
         if len(levels) < 2 or base not in levels:
             continue
-        others = [r for r in levels if r != base]
         d_dot = pd.to_numeric(part["d_dot"], errors="coerce").iloc[0]
-        for view in VIEWS:
-            rows.append(_row(group, view, part, setting, base, others, d_dot))
+        groups.append((group, {view: _ends(part, view, levels) for view in VIEWS}, d_dot,
+                       part))
+    rows = []
+    for view in VIEWS:
+        scales = [_scale(ends[view][base], d_dot) for _, ends, d_dot, _ in groups]
+        spread = _pooled([ends[view] for _, ends, _, _ in groups], scales, base, setting.test)
+        for (group, ends, _, part), scale in zip(groups, scales):
+            rows.append(_row(group, view, part, ends[view], setting, base, scale, spread))
     found = pd.DataFrame(rows)
     if found.empty:
         return found
@@ -182,38 +227,85 @@ def table(seeds: pd.DataFrame, capacity: pd.DataFrame,
     return found.iloc[order].reset_index(drop=True)
 
 
-def _row(group: str, view: str, part: pd.DataFrame, setting: Setting, base_level: tuple,
-         others: list[tuple], d_dot) -> dict:
-    """One configuration's test in one view (``table``): a bound as its interval, each test run
-    with the bounds at their ends against the claim it makes (module docstring)."""
+Ends = dict  # level -> (lo, hi): pd.Series of the seeds' intervals, indexed by seed
+
+
+def _ends(part: pd.DataFrame, view: str, levels: list[tuple]) -> Ends:
+    """Each level's seeds in ``view`` as the intervals they allow (seeds without data left
+    out)."""
     s = SUFFIX[view]
     part = part[(part[f"outcome{s}"] != "no_data") & part[f"value{s}"].notna()]
     ends = {}
-    for r in [base_level, *others]:
+    for r in levels:
         rows = part[part["level"] == r]
         lo, hi = censored.seed_intervals(rows[f"outcome{s}"], rows[f"value{s}"].astype(float))
         ends[r] = (pd.Series(lo, index=rows["seed"]), pd.Series(hi, index=rows["seed"]))
-    base_lo, base_hi = ends[base_level]
-    points = base_lo[base_lo == base_hi]
-    margin = MARGIN * (float(d_dot) if pd.notna(d_dot) else
-                       (float(np.median(points)) if len(points) else math.nan))
+    return ends
+
+
+def _scale(base: tuple[pd.Series, pd.Series], d_dot) -> float:
+    """The keys a margin is a share of: d_dot, or the median failure point at the published
+    level for a map without one (NaN when none is a point)."""
+    if pd.notna(d_dot):
+        return float(d_dot)
+    lo, hi = base
+    points = lo[lo == hi]
+    return float(np.median(points)) if len(points) else math.nan
+
+
+def _pooled(ends: list[Ends], scales: list[float], base: tuple,
+            test: str) -> tuple[float, float]:
+    """(variance, degrees of freedom) pooled over the configurations of one view: of a seed's
+    failure point / scale within a configuration and level (Welch), or of a seed's difference
+    from its published level / scale within a configuration and level (paired); points only."""
+    ss, dof = 0.0, 0
+    for levels, scale in zip(ends, scales):
+        if not math.isfinite(scale):
+            continue
+        lo0, hi0 = levels[base]
+        for r, (lo, hi) in levels.items():
+            if test == "paired":
+                if r == base:
+                    continue
+                both = pd.concat([lo0[lo0 == hi0], lo[lo == hi]], axis=1).dropna()
+                y = (both.iloc[:, 1] - both.iloc[:, 0]).to_numpy() / scale
+            else:
+                y = lo[lo == hi].to_numpy() / scale
+            if len(y) >= 2:
+                ss += float(((y - y.mean()) ** 2).sum())
+                dof += len(y) - 1
+    return (ss / dof if dof else math.nan), float(dof)
+
+
+def _row(group: str, view: str, part: pd.DataFrame, ends: Ends, setting: Setting,
+         base_level: tuple, scale: float, spread: tuple[float, float]) -> dict:
+    """One configuration's test in one view (``table``): each other level against the
+    published one over every value the seeds' bounds allow (``corners``), the power to say
+    "does not move" at the store's pooled ``spread`` (module docstring)."""
+    s = SUFFIX[view]
+    part = part[(part[f"outcome{s}"] != "no_data") & part[f"value{s}"].notna()]
+    others = [r for r in ends if r != base_level]
+    margin = MARGIN * scale
     level = 1 - ALPHA / len(others)
+    base_lo, base_hi = ends[base_level]
     differences, lower, upper, holds, detect = [], [], [], [], []
     for r in others:
         other_lo, other_hi = ends[r]
         # seed by seed, NaN where a level lacks the seed: both tests leave NaNs out
-        rise = TESTS[setting.test](*pd.concat([base_hi, other_lo], axis=1).to_numpy().T)
-        hold = TESTS[setting.test](*pd.concat([base_lo, other_hi], axis=1).to_numpy().T)
-        low = -math.inf if np.isinf(base_hi).any() else float(bounds(rise, level)[0])
-        high = math.inf if np.isinf(other_hi).any() else float(bounds(hold, 1 - ALPHA)[1])
-        exact = bool((base_lo == base_hi).all() and (other_lo == other_hi).all())
-        differences.append((setting.words(r), float(rise[0]) if exact else math.nan, low, high))
+        lo = pd.concat([base_lo, other_lo], axis=1).to_numpy().T
+        hi = pd.concat([base_hi, other_hi], axis=1).to_numpy().T
+        d, low, _ = corners((lo[0], hi[0]), (lo[1], hi[1]), setting.test, level)
+        _, _, high = corners((lo[0], hi[0]), (lo[1], hi[1]), setting.test, 1 - ALPHA)
+        differences.append((setting.words(r), d, low, high))
         lower.append(low)
         upper.append(high)
-        holds.append(math.nan if math.isinf(high) else hold_power(hold, margin))
-        detect.append(math.inf if math.isinf(low) else detectable(rise, level))
+        n0, n1 = len(base_lo), len(other_lo)
+        se, _ = pooled_se(spread, setting.test, n0, n1, scale)
+        own = min(n0, n1) - 1.0 if setting.test == "paired" else n0 + n1 - 2.0
+        holds.append(hold_power(se, own, margin))
+        detect.append(detectable(se, own, level))
     power = float(np.prod(holds))
-    verdict = str(decide(lower, upper, margin, power))
+    verdict = str(decide(lower, upper, margin))
     bound_values = sorted({v for lo, hi in ends.values() for v in
                            [*lo[hi == math.inf], *hi[lo == 0]]})
     return {"label": group, "view": view,
@@ -225,7 +317,8 @@ def _row(group: str, view: str, part: pd.DataFrame, setting: Setting, base_level
             "power": power, "detectable": float(np.max(detect)),
             "bounded_at": (f"{bound_values[0]:.4g}" if len(bound_values) == 1 else
                            f"{bound_values[0]:.4g} to {bound_values[-1]:.4g}")
-            if verdict == VERDICTS[3] and bound_values else "",
+            if verdict == VERDICTS[3] and bound_values and
+            not np.isfinite([*lower, *upper]).all() else "",
             "bounds": {o: int((part[f"outcome{s}"] == o).sum()) for o in BOUNDS
                        if (part[f"outcome{s}"] == o).any()}, "values": len(part)}
 

@@ -24,6 +24,7 @@ from kernelzoo.analysis.capacity import by_view, capacity_table, loss_failure, s
 from kernelzoo.analysis.flags import flags
 from kernelzoo.analysis.labels import is_search, natural_key
 from kernelzoo.analysis.runs import add_labels, load_runs
+from kernelzoo.analysis.tiers import tiers
 from kernelzoo.records.files import StoreError, one_line, read_text
 from kernelzoo.records.history import read_sweep
 from kernelzoo.records.store import CURVE_COLUMNS
@@ -38,7 +39,8 @@ class Analysis:
     (capacity.csv); long: one row per configuration and view with its flags
     (``capacity.by_view``, capacity_long.csv); checked: ``stalls.check_outcomes``; published:
     the authors' points of the matching configurations; families: ``scaling.families``; moves:
-    ``optimisation.tables``; effects: ``factorial.table``; answer: ``answer.facts``;
+    ``optimisation.tables``; effects: ``factorial.table``; placed: ``tiers.tiers``; answer:
+    ``answer.facts``;
     curves: the eval curves of the runs around each failure point; history: sweep.json (None
     without one); stall_lines: one line per stalled run; holes: a grid's missing points (None
     for a search); missing, damaged, set_aside: what could not be read or was left out."""
@@ -57,6 +59,7 @@ class Analysis:
     families: tuple = ()
     moves: tuple = ()
     effects: pd.DataFrame = field(default_factory=pd.DataFrame)
+    placed: tuple = ()
     answer: pd.DataFrame = field(default_factory=pd.DataFrame)
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     history: dict | None = None
@@ -241,13 +244,15 @@ def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold
     around = curve_table(runs, seeds, capacity, curves, damaged)
     history = _sweep(exp_dir, damaged)
     lines, unreadable = stalls.stall_lines(runs, exp_dir / "runs")
+    placed = tuple(tiers(capacity, seeds))
     return Analysis(
         runs=runs, checks=checks, seeds=seeds, capacity=capacity, checked=checked,
         long=by_view(capacity.assign(flags=flags(capacity, seeds, runs, threshold,
                                                      accuracy_threshold))),
         published=points, families=tuple(scaling.families(runs, seeds)),
         moves=optimisation.tables(seeds, capacity),
-        effects=factorial.table(capacity, seeds), answer=answer.facts(capacity, seeds),
+        effects=factorial.table(capacity, seeds), placed=placed,
+        answer=answer.facts(capacity, seeds, placed),
         curves=around, history=history,
         stall_lines=tuple(lines), holes=None if is_search(runs) else tuple(grid_holes(runs)),
         damaged=tuple(damaged + unreadable), **base)

@@ -6,23 +6,29 @@ Its rule is stated once, in docs/analysis.md ("Tiers per view and measured flags
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from kernelzoo.analysis.capacity import BOUNDS, POINTS, VIEW_WORDS, VIEWS, by_view
+from kernelzoo.analysis.capacity import BOUNDS, POINTS, SUFFIX, VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.rankings import limits, sizes
 
 PARTIAL = 1.5  # keys retrieved over the largest n_keys passing the accuracy view
 
 
+ALPHA = 0.025  # the familywise level of the pairwise tests that cut tiers (compare.LEVEL's)
+
+
 @dataclass(frozen=True)
 class Placed:
-    """One configuration in one view at one size: its tier (None: a bound, shown apart), its
-    efficiency with its interval, and its outcome."""
+    """One configuration in one view at one size: its tier (None: shown apart, ``apart`` says
+    why: "bound", "a seed is a bound", "one seed", "no spread"), its efficiency with its
+    interval, and its outcome."""
 
     label: str
     size: int
@@ -32,27 +38,74 @@ class Placed:
     low: float
     high: float
     outcome: str
+    apart: str = ""
 
 
-def tiers(capacity: pd.DataFrame) -> list[Placed]:
-    """Every configuration with a bounded d_dot placed in each view (module docstring)."""
+@functools.lru_cache(maxsize=256)
+def _critical(k: int, dof: int) -> float:
+    """The studentized range's upper ALPHA point for ``k`` means and ``dof`` degrees of
+    freedom (the one slow step of HSD, kept for the next family of that shape)."""
+    return float(stats.studentized_range.ppf(1 - ALPHA, k, dof))
+
+
+def _separated(samples: dict[str, np.ndarray]) -> dict[tuple[str, str], bool] | None:
+    """Which pairs of ``samples`` Tukey's HSD separates at ALPHA familywise (every pair at once,
+    the seeds' spread pooled; Tukey-Kramer for unequal seeds: the test of
+    ``scipy.stats.tukey_hsd``, its p below ALPHA exactly where the statistic passes the
+    critical value); None where the pairs cannot be tested (no spread in any sample)."""
+    labels = list(samples)
+    if len(labels) < 2:
+        return {}  # one configuration: no pair to test
+    n = np.array([len(v) for v in samples.values()], float)
+    means = np.array([v.mean() for v in samples.values()])
+    dof = int(n.sum() - len(n))
+    mse = sum(float(((v - v.mean()) ** 2).sum()) for v in samples.values()) / dof
+    if not mse > 0:
+        return None
+    se = np.sqrt(mse / 2 * (1 / n[:, None] + 1 / n[None, :]))
+    beyond = np.abs(means[:, None] - means[None, :]) / se > _critical(len(labels), dof)
+    return {(a, b): bool(beyond[i, j]) for i, a in enumerate(labels)
+            for j, b in enumerate(labels) if i != j}
+
+
+def tiers(capacity: pd.DataFrame, seeds: pd.DataFrame) -> list[Placed]:
+    """Every configuration with a bounded d_dot placed in each view (module docstring):
+    ``seeds`` is ``capacity.seed_table``."""
     found = []
     for size, levels in sizes(capacity).items():
         mine = capacity[capacity["predicted_capacity"].isin(levels)]
+        d_dot = mine.set_index("label")["predicted_capacity"].astype(float)
+        own = dict(tuple(seeds[seeds["label"].isin(mine["label"])].groupby("label")))
+        long = by_view(mine)
         for view in VIEWS:
-            order = efficiency_order(mine, view)
+            order = efficiency_order(mine, view, long)
+            s = SUFFIX[view]
+            apart, samples = {}, {}
+            for r in order.itertuples():
+                rows = own.get(r.label, seeds.iloc[:0])
+                rows = rows[rows[f"outcome{s}"] != "no_data"]
+                if r.outcome not in POINTS:
+                    apart[r.label] = "bound"
+                elif not rows[f"outcome{s}"].isin(POINTS).all():
+                    apart[r.label] = "a seed is a bound"
+                elif len(rows) < 2:
+                    apart[r.label] = "one seed"
+                else:
+                    samples[r.label] = rows[f"value{s}"].to_numpy(float) / d_dot[r.label]
+            separated = _separated(samples)
+            if separated is None:
+                apart.update({label: "no spread" for label in samples})
             tier, members = 0, []
             for r in order.itertuples():
-                outcome, ratio = r.outcome, r.ratio
-                if outcome not in POINTS:
-                    found.append(Placed(r.label, size, view, None, ratio, math.nan, math.nan,
-                                        outcome))
-                    continue
                 low, high = r.efficiency_low, r.efficiency_high
-                if tier == 0 or not all(high >= a and low <= b for a, b in members):
-                    tier, members = tier + 1, []  # apart from some member: the next tier
-                members.append((low, high))
-                found.append(Placed(r.label, size, view, tier, ratio, low, high, outcome))
+                if r.label in apart:
+                    found.append(Placed(r.label, size, view, None, r.ratio, low, high,
+                                        r.outcome, apart[r.label]))
+                    continue
+                if tier == 0 or any(separated[r.label, m] for m in members):
+                    tier, members = tier + 1, []  # separated from some member: the next tier
+                members.append(r.label)
+                found.append(Placed(r.label, size, view, tier, r.ratio, low, high, r.outcome))
     return found
 
 

@@ -7,7 +7,8 @@ import math
 
 import pandas as pd
 
-from kernelzoo.analysis.compare import LEVEL, MOST_SEEDS
+from kernelzoo.analysis.compare import MOST_SEEDS
+from kernelzoo.analysis.tiers import ALPHA
 from kernelzoo.config.words import plural
 
 
@@ -40,20 +41,21 @@ def size_lines(facts: pd.DataFrame) -> list[str]:
         pairs = kinds["pairs"].iloc[0]
         if pairs.outcome == "one configuration":
             text += ": alone in the first tier"
-        elif pairs.outcome == "cannot be told apart":
+        else:
             text += (": cannot be told apart, " + (
                 "the pair not separated" if pairs.n == 1 else
-                f"none of the {int(pairs.n)} pairs separated") + f" (Welch, {LEVEL:.1%})")
-        elif pairs.n == 0:
-            text += f": {pairs.outcome}"
-        else:
-            text += f": {pairs.outcome} (Welch, {LEVEL:.1%})"
+                f"none of the {int(pairs.n)} pairs separated")
+                + f" (Tukey's HSD, {ALPHA:.1%} familywise)")
         if "seeds" in kinds:
             text += "; " + _seeds(kinds["seeds"].iloc[0])
         if "bounds" in kinds:
             text += "; bounds apart: " + ", ".join(
                 f"{r.subject} {'>=' if r.outcome == 'never_fails' else '<='} {r.estimate:.2f}"
                 for r in kinds["bounds"].itertuples())
+        if "untested" in kinds:
+            text += "; untested: " + ", ".join(
+                f"{r.subject} {r.estimate:.2f} ({r.outcome})"
+                for r in kinds["untested"].itertuples())
         if "rest" in kinds:
             r = kinds["rest"].iloc[0]
             text += (f". Below the first tier ({plural(int(r.n), 'configuration')}) the best "
@@ -69,5 +71,5 @@ def answer_lines(facts: pd.DataFrame) -> list[str]:
     return ["## Answer", "",
             "Which configurations hold the most keys, per size of state, in the loss view (the "
             "rank theory's n* / d_dot, median over seeds [interval]): each size's first tier "
-            "(intervals overlapping the best's and each other's), then how sure "
+            "(the configurations Tukey's HSD separates from none of the others), then how sure "
             "(docs/analysis.md, \"The answer\"):", "", *size_lines(facts), ""]

@@ -214,7 +214,7 @@ def write_report(a: Analysis, figures: list[Path], omitted: list[str]) -> Path:
         lines += ["", PUBLISHED_NOTE]
     family = {label: f.name for f in a.families for label in f.points["label"].unique()}
     flag_rows = tiers.flags(capacity, runs, a.threshold, a.accuracy_threshold)
-    lines += ["", *efficiency_section(capacity), *tier_section(capacity, flag_rows, level=3),
+    lines += ["", *efficiency_section(capacity), *tier_section(capacity, a.placed, flag_rows, level=3),
               *between_sizes_section(capacity, family), *update_rule_section(capacity, runs),
               *optimisation_section(a.moves, runs),
               *scaling_section(list(a.families)), *rank_bound_section(capacity, runs),

@@ -12,7 +12,7 @@ from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import bound, cell, natural_key, rho_words
 from kernelzoo.analysis.rankings import GAP, HEADLINE, LOSS_FIRST, loss_first, sizes, view_rhos
-from kernelzoo.analysis.tiers import Placed, tiers
+from kernelzoo.analysis.tiers import Placed
 
 
 def efficiency_section(capacity: pd.DataFrame) -> list[str]:
@@ -67,11 +67,11 @@ def _headline_key(p: Placed | None) -> tuple:
     return (0, p.tier, -p.efficiency) if p.tier is not None else (1, -p.efficiency)
 
 
-def tier_section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None,
-                 level: int = 2) -> list[str]:
-    """The report's tiers per size, one column per view (tier and efficiency, or the bound),
-    and each configuration's flags (none without ``flag_rows``)."""
-    placed = tiers(capacity)
+def tier_section(capacity: pd.DataFrame, placed: tuple[Placed, ...],
+                 flag_rows: pd.DataFrame | None, level: int = 2) -> list[str]:
+    """The report's tiers per size (``placed``: ``tiers.tiers``), one column per view (tier and
+    efficiency, or why it is apart), and each configuration's flags (none without
+    ``flag_rows``)."""
     if not placed:
         return []
     by = {(p.label, p.view): p for p in placed}
@@ -95,9 +95,11 @@ def tier_section(capacity: pd.DataFrame, flag_rows: pd.DataFrame | None,
                 p = by.get((label, view))
                 if p is None:
                     cells.append("–")
-                elif p.tier is None:
+                elif p.apart == "bound":
                     sign = ">=" if p.outcome == "never_fails" else "<="
                     cells.append(f"bound: {sign} {p.efficiency:.2f}")
+                elif p.tier is None:
+                    cells.append(f"apart ({p.apart}): {p.efficiency:.2f}")
                 else:
                     cells.append(f"{p.tier}: {'plateau ' * (p.outcome == 'plateau')}"
                                  f"{p.efficiency:.2f} [{p.low:.2f}, {p.high:.2f}]")

@@ -115,18 +115,21 @@ def _seeds_cell(n: list[int]) -> str:
 
 
 def verdict_words(r) -> str:
-    """A row's verdict with what it rests on: "does not move (power 62%; detects +4.1 keys at
-    80%)", "cannot tell: bounded at 264", "rises, size not pinned down (+33.1 [1.1, 51.9])":
+    """A row's verdict with what it rests on: "does not move (power 62% at the pooled spread;
+    detects +4.1 keys at 80%)", "cannot tell: bounded at 264", "rises, size not pinned down (+33.1 [1.1, 51.9])":
     the rise d with its lower end and its upper bound."""
     if r.verdict in optimisation.RISES:
         _, d, low, high = max(r.differences, key=lambda x: x[2])
         return (f"{r.verdict} ({'bounds' if pd.isna(d) else f'{d:+.3g}'} [{cell(low)}, "
                 f"{cell(high)}])")
-    if r.verdict == optimisation.VERDICTS[3] and r.bounded_at and not np.isfinite(r.detectable):
+    if r.verdict == optimisation.VERDICTS[3] and r.bounded_at:
         return f"{r.verdict}: bounded at {r.bounded_at}"
-    power = "" if pd.isna(r.power) else f"power {r.power:.0%}; "
+    if r.verdict == optimisation.VERDICTS[3] and any(pd.isna(low) for _, _, low, _ in
+                                                     r.differences):
+        return f"{r.verdict}: no interval (fewer than 2 seeds, or seeds that do not spread)"
+    power = "" if pd.isna(r.power) else f"power {r.power:.0%} at the pooled spread; "
     detect = (f"detects +{r.detectable:.3g} keys at {optimisation.DETECT:.0%}"
-              if np.isfinite(r.detectable) else "no rise detectable over its bounds")
+              if np.isfinite(r.detectable) else "no rise detectable")
     return f"{r.verdict} ({power}{detect})"
 
 

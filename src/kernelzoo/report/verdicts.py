@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis import (between_sizes, factorial, optimisation, published, rankings,
-                                scaling, tiers, update_rules)
+                                scaling, update_rules)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
 from kernelzoo.analysis.labels import bound, cell, rho_words
 from kernelzoo.analysis.pipeline import Analysis
@@ -104,11 +104,10 @@ def per_d_dot(view: str) -> str:
     return "n* / d_dot" if view == "loss" else "keys / d_dot, argmax: not bounded by 1"
 
 
-def ranking(capacity: pd.DataFrame) -> list[str]:
-    """Per view and size, the first tier (the configurations whose intervals overlap each
-    other's and the best's, ``tiers.py``) with its bounds apart, and how far the views' orders agree
-    (Spearman's rho); no view headlines the others."""
-    placed = tiers.tiers(capacity)
+def ranking(capacity: pd.DataFrame, placed: tuple) -> list[str]:
+    """Per view and size, the first tier (``placed``: ``tiers.tiers``, the configurations that
+    Tukey's HSD separates from no other member) with the rest apart, and how far the views'
+    orders agree (Spearman's rho); no view headlines the others."""
     lines = []
     for view in VIEWS:
         parts = []
@@ -117,17 +116,22 @@ def ranking(capacity: pd.DataFrame) -> list[str]:
             if len(mine) < 3:
                 continue
             top = [p for p in mine if p.tier == 1]
-            bounded = [p for p in mine if p.tier is None]
+            bounded = [p for p in mine if p.apart == "bound"]
+            untested = [p for p in mine if p.tier is None and p.apart != "bound"]
             parts.append(f"at d_dot {size} ({len(mine)}): " + ("; ".join(
                 f"{p.label} {'plateau ' if p.outcome == 'plateau' else ''}{p.efficiency:.3g}"
-                for p in top) or "none at a point")
+                for p in top) or "none tested")
                 + ("; bounds apart: " + "; ".join(
                     f"{p.label} {'>=' if p.outcome == 'never_fails' else '<='} "
-                    f"{p.efficiency:.3g}" for p in bounded) if bounded else ""))
+                    f"{p.efficiency:.3g}" for p in bounded) if bounded else "")
+                + ("; untested: " + "; ".join(
+                    f"{p.label} {p.efficiency:.3g} ({p.apart})" for p in untested)
+                   if untested else ""))
         if parts:
             lines.append(f"- **First tier, {VIEW_WORDS[view]} view** ({per_d_dot(view)}; the "
-                         "configurations whose intervals overlap the best's and each other's, "
-                         "no order within it): " + " | ".join(parts) + ".")
+                         "configurations that Tukey's HSD (2.5% familywise, over the seeds) "
+                         "separates from none of the others, no order within it): "
+                         + " | ".join(parts) + ".")
     rhos = rankings.view_rhos(capacity)
     if rhos:
         lines.append("- **Views agree** (Spearman rho of failure point / d_dot): " + "; ".join(
@@ -225,7 +229,7 @@ def verdicts(a: Analysis) -> pd.DataFrame:
     for function, found in (
             (paper_bound, paper_bound(a.capacity)),
             (published_verdict, published_verdict(a.capacity)), (law, law(a.families)),
-            (ranking, ranking(a.capacity)), (sizes, sizes(a.capacity, a.families)),
+            (ranking, ranking(a.capacity, a.placed)), (sizes, sizes(a.capacity, a.families)),
             (optimisation_verdicts, optimisation_verdicts(a)),
             (update_rule_verdict, update_rule_verdict(a.capacity)),
             (factorial_verdict, factorial_verdict(a)), (stall_verdict, stall_verdict(a))):
