@@ -21,7 +21,7 @@ STAMP := $(VENV)/.installed
 # two installs at once take turns at pip (flock, where there is one) instead of mixing files
 LOCKED := $(if $(shell command -v flock 2>/dev/null),flock $(VENV).lock,)
 
-.PHONY: help install venv-check sweep run plots compare docs test test-slow bench sync wheels clean-venv
+.PHONY: help install venv-check sweep run plots compare docs test test-slow calibrate bench sync wheels clean-venv
 
 help:  ## list the targets and the variables they take
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,9 @@ test: install  ## the default test suite, one pytest worker per core (a few minu
 
 test-slow: install  ## the slower tests kept out of `make test`
 	$(PY) -m pytest -m slow
+
+calibrate: install  ## every verdict kind against its error bounds on simulated stores -> results/calibration.{csv,md}
+	$(PY) tests/calibrate.py $(if $(QUICK),--quick,)
 
 bench: install  ## speed and memory benchmark, memory estimate -> results/bench/; QUICK=1 for a subset
 	$(PY) -m kernelzoo.bench $(if $(QUICK),--quick,)

@@ -127,3 +127,20 @@ def test_the_power_against_a_ratio_of_0_9_is_what_the_simulation_shows():
     assert low < power.ENOUGH and low < high, (low, high)
     tight = power.LawDesign(tuple(LEVELS), (5,) * 5, (math.inf,) * 5, (0.0,) * 5, 0.02, 0.0)
     assert power.law_power(tight, ratio=0.8, studies=100) > 0.95
+
+
+def test_the_uncensored_power_is_the_study_by_study_simulation():
+    """Without a censoring probe the power takes every study's medians and F test at once; the
+    draws are ``simulate``'s, so it equals the study-by-study count exactly."""
+    rng = np.random.default_rng(3)
+    for i in range(6):
+        k = int(rng.integers(3, 7))
+        design = power.LawDesign(tuple(16.0 * 2 ** j for j in range(k)),
+                                 tuple(int(v) for v in rng.integers(1, 6, k)), (math.inf,) * k,
+                                 (0.0,) * k, float(rng.uniform(0.02, 0.2)),
+                                 float(rng.uniform(0, 0.1)))
+        loop, rejected = np.random.default_rng(i), 0
+        for study in power.simulate(loop, design, 100, a=power.RATIO):
+            rejected += bool(power.p_value(design.d_dot, *power.medians(study))
+                             < 1 - power.LEVEL)
+        assert power.law_power(design, studies=100, seed=i) == rejected / 100
