@@ -344,14 +344,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=FULL_RUNS)
     parser.add_argument("--quick", action="store_true", help="the quick scenarios only")
-    parser.add_argument("--kinds", help="comma-separated names of KINDS (default: all)")
+    parser.add_argument("--kinds", help="names of KINDS separated by ; (default: all)")
     parser.add_argument("--unbounded", action="store_true",
                         help="the scenarios without bounds only")
+    parser.add_argument("--reading", choices=("bisect", "grid"),
+                        help="the scenarios of one reading only")
     parser.add_argument("--out", type=Path, default=Path("results") / "calibration")
     args = parser.parse_args(argv)
     scenarios = [sc for sc in (QUICK if args.quick else SCENARIOS)
-                 if not (args.unbounded and sc.bounded)]
-    table = calibrate(args.runs, scenarios, args.kinds.split(",") if args.kinds else None)
+                 if not (args.unbounded and sc.bounded)
+                 and args.reading in (None, sc.reading)]
+    table = calibrate(args.runs, scenarios, args.kinds.split(";") if args.kinds else None)
     text = markdown(table)
     print(text, end="")
     if not args.quick:

@@ -16,7 +16,6 @@ from kernelzoo.analysis import censored
 from kernelzoo.analysis.intervals import LEVEL
 
 RATIO = 0.9      # the shortfall of n* / d_dot the law's test is asked to detect
-ENOUGH = 0.5     # below this power a test that does not reject cannot tell
 STUDIES = 200    # simulated studies per power
 
 

@@ -100,14 +100,18 @@ def _power(family: "Family", view: str) -> float:
     return power.law_power(power.design(family.intervals(view), law.sd))
 
 
-def verdict(law_p: float, power_: float, n_points: int) -> str:
-    """The law's word (VERDICTS) from its test's p, its power and the levels whose median is a
-    point: "cannot tell" without a test."""
-    if n_points < censored.MIN_POINTS or pd.isna(law_p):
+def verdict(law: censored.CensoredLaw | None, n_points: int) -> str:
+    """The law's word (VERDICTS) from its test and the levels whose median is a point: "cannot
+    tell" without a test; "rejected" when the joint test rejects n* = d_dot; "consistent" only
+    when it does not and the ratio n* / d_dot at the levels' centre is shown within (RATIO,
+    1 / RATIO) (an equivalence test: its 95% interval inside), else "cannot tell"."""
+    if law is None or n_points < censored.MIN_POINTS or pd.isna(law.p_identity):
         return VERDICTS[2]
-    if law_p < 0.05:
+    if law.p_identity < 0.05:
         return VERDICTS[0]
-    return VERDICTS[1] if power_ >= power.ENOUGH else VERDICTS[2]
+    half = law.t * math.sqrt(max(law.cov[0][0], 0.0))
+    low, high = law.ratio_centre * math.exp(-half), law.ratio_centre * math.exp(half)
+    return VERDICTS[1] if power.RATIO < low and high < 1 / power.RATIO else VERDICTS[2]
 
 
 def _keys(runs: pd.DataFrame) -> tuple[dict, dict]:
@@ -176,8 +180,7 @@ def table(found: list[Family]) -> pd.DataFrame:
                                                     "b_high", "p_identity")} if law else {}),
                    "follows_d_dot": law.follows if law else None,
                    "n_censored": law.censored if law else None, "power": f.powers[view],
-                   "verdict": verdict(law.p_identity if law else math.nan, f.powers[view],
-                                      points) if len(levels) >= MIN_D_DOTS else None}
+                   "verdict": verdict(law, points) if len(levels) >= MIN_D_DOTS else None}
             rows += [{**fit, **d} for d in levels.to_dict("records")]
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out["d_key"] = out["d_key"].astype("Int64")

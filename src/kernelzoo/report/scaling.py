@@ -81,21 +81,26 @@ def law_words(r, rows: pd.DataFrame) -> str:
         return f"n* = d_dot rejected at 5% (F test {_p(r.p_identity)})"
     if not isinstance(word, str):  # a scaling.csv written before the power column
         return f"n* = d_dot not rejected (F test {_p(r.p_identity)}; its power not computed)"
+    shown = (f"n* / d_dot at the levels' centre shown within {1 - power.RATIO:.0%} either way"
+             if word == VERDICTS[1] else
+             f"n* / d_dot at the levels' centre not shown within {1 - power.RATIO:.0%}")
     return (f"{'consistent with n* = d_dot' if word == VERDICTS[1] else 'cannot tell'} (F test "
-            f"{_p(r.p_identity)}, not rejected; {_power_words(r)} against n* = {power.RATIO:g}"
-            " d_dot)")
+            f"{_p(r.p_identity)}, not rejected; {shown}; {_power_words(r)} against n* = "
+            f"{power.RATIO:g} d_dot)")
 
 
 def short_verdict(r) -> str:
     """The law's verdict in a few words from a scaling.csv row: "rejects n* = d_dot",
-    "consistent with n* = d_dot (power 62%)", "cannot tell n* = d_dot (power 29%)"."""
+    "consistent with n* = d_dot (within 10%)", "cannot tell n* = d_dot (power 29%)"."""
     word = getattr(r, "verdict", None)
     if r.p_identity < 0.05:
         return "rejects n* = d_dot"
     if not isinstance(word, str):  # a scaling.csv written before the power column
         return "does not reject n* = d_dot (power not computed)"
-    return (f"{'consistent with' if word == VERDICTS[1] else 'cannot tell'} n* = d_dot "
-            f"({_power_words(r)})")
+    if word == VERDICTS[1]:
+        return f"consistent with n* = d_dot (within {1 - power.RATIO:.0%}, shown)"
+    return f"cannot tell n* = d_dot (not rejected, within {1 - power.RATIO:.0%} not shown; " \
+        f"{_power_words(r)})"
 
 
 def sentence(rows: pd.DataFrame) -> str:
