@@ -82,7 +82,7 @@ def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, ca
     report = (exp / "report.md").read_text()
     for needle in ("## Capacity against d_dot, per view",
                    f"| ELU+1 | loss | 3 | {np.mean(RATIOS):.3g} [",
-                   f"| n* = d_dot rejected at 5% (F test p < 0.0001) | 16: {np.mean(RATIOS):.2f} "
+                   f"| n* = d_dot rejected at 2.5% (F test p < 0.0001) | 16: {np.mean(RATIOS):.2f} "
                    f"[{RATIOS[0]:.2f}, {RATIOS[1]:.2f}] (50%); 32: ",
                    "| DPFP d_key=8 | loss | 2 | – | – | not fitted |",
                    "![](capacity_scaling.png)"):
@@ -93,7 +93,7 @@ def test_the_analysis_writes_scaling_csv_the_figure_and_the_section(tmp_path, ca
     assert out[0] == f"{exp / 'scaling.csv'}:"
     assert out[1].startswith("  DPFP d_key=8 (loss view): failure point / d_dot per level")
     assert "not fitted, failure points at 2 d_dot levels" in out[1]
-    assert any(line.startswith("  ELU+1 (loss view): failure point") and "n* = d_dot rejected at 5%" in line
+    assert any(line.startswith("  ELU+1 (loss view): failure point") and "n* = d_dot rejected at 2.5%" in line
                for line in out)
     assert out[-1].startswith(f"{tmp_path / 'none.csv'}: unreadable")
 

@@ -15,6 +15,7 @@ from scipy import optimize, special, stats
 from kernelzoo.analysis.intervals import LEVEL, median_order
 
 MIN_POINTS = 3
+REJECT = 0.025  # the joint test of n* = d_dot rejects below this p (docs/analysis.md)
 LOWER, UPPER = "never_fails", "fails_everywhere"  # outcomes that are bounds
 
 
@@ -117,7 +118,7 @@ class CensoredLaw:
     @property
     def follows(self) -> bool | None:
         """True when n* = d_dot is not rejected at 5% (what that is worth: ``power.py``)."""
-        return None if math.isnan(self.p_identity) else bool(self.p_identity >= 1 - LEVEL)
+        return None if math.isnan(self.p_identity) else bool(self.p_identity >= REJECT)
 
     def curve(self, d_dot) -> np.ndarray:
         return self.a * np.asarray(d_dot, float) ** self.b

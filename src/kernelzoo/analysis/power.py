@@ -13,7 +13,6 @@ import numpy as np
 from scipy import stats
 
 from kernelzoo.analysis import censored
-from kernelzoo.analysis.intervals import LEVEL
 
 RATIO = 0.9      # the shortfall of n* / d_dot the law's test is asked to detect
 STUDIES = 200    # simulated studies per power
@@ -108,7 +107,7 @@ def _uncensored_power(rng, design: LawDesign, studies: int, a: float) -> float:
             rng.random(n)  # simulate's outlier draw (rate 0 here): the streams stay one
             ys[j].append(a * d * np.exp(noise))
     medians_ = np.stack([np.median(np.array(v), axis=1) for v in ys], axis=1)
-    return float((_fast_p_many(design.d_dot, medians_) < 1 - LEVEL).mean())
+    return float((_fast_p_many(design.d_dot, medians_) < censored.REJECT).mean())
 
 
 def law_power(design: LawDesign, ratio: float = RATIO, studies: int = STUDIES,
@@ -122,7 +121,7 @@ def law_power(design: LawDesign, ratio: float = RATIO, studies: int = STUDIES,
     rejected = 0
     for study in simulate(rng, design, studies, a=ratio):
         p = p_value(design.d_dot, *medians(study))
-        rejected += bool(p < 1 - LEVEL)
+        rejected += bool(p < censored.REJECT)
     return rejected / studies
 
 

@@ -107,7 +107,7 @@ def verdict(law: censored.CensoredLaw | None, n_points: int) -> str:
     1 / RATIO) (an equivalence test: its 95% interval inside), else "cannot tell"."""
     if law is None or n_points < censored.MIN_POINTS or pd.isna(law.p_identity):
         return VERDICTS[2]
-    if law.p_identity < 0.05:
+    if law.p_identity < censored.REJECT:
         return VERDICTS[0]
     half = law.t * math.sqrt(max(law.cov[0][0], 0.0))
     low, high = law.ratio_centre * math.exp(-half), law.ratio_centre * math.exp(half)

@@ -77,8 +77,8 @@ def law_words(r, rows: pd.DataFrame) -> str:
     word = getattr(r, "verdict", None)
     if pd.isna(r.b):
         return f"cannot tell: {_bounded(rows)}" if word == VERDICTS[2] else "not fitted"
-    if r.p_identity < 0.05:
-        return f"n* = d_dot rejected at 5% (F test {_p(r.p_identity)})"
+    if r.p_identity < censored.REJECT:
+        return f"n* = d_dot rejected at {censored.REJECT:.1%} (F test {_p(r.p_identity)})"
     if not isinstance(word, str):  # a scaling.csv written before the power column
         return f"n* = d_dot not rejected (F test {_p(r.p_identity)}; its power not computed)"
     shown = (f"n* / d_dot at the levels' centre shown within {1 - power.RATIO:.0%} either way"
@@ -93,7 +93,7 @@ def short_verdict(r) -> str:
     """The law's verdict in a few words from a scaling.csv row: "rejects n* = d_dot",
     "consistent with n* = d_dot (within 10%)", "cannot tell n* = d_dot (power 29%)"."""
     word = getattr(r, "verdict", None)
-    if r.p_identity < 0.05:
+    if r.p_identity < censored.REJECT:
         return "rejects n* = d_dot"
     if not isinstance(word, str):  # a scaling.csv written before the power column
         return "does not reject n* = d_dot (power not computed)"
