@@ -191,13 +191,14 @@ SETTINGS = (LEARNING_RATE, STOPPING_RULE)
 
 
 def table(seeds: pd.DataFrame, capacity: pd.DataFrame,
-          setting: Setting = LEARNING_RATE) -> pd.DataFrame:
+          setting: Setting = LEARNING_RATE, grid: bool = False) -> pd.DataFrame:
     """One row per configuration (less ``setting``) and view, for the configurations at >= 2
     levels of it, the published one among them: label, view, levels, margin (keys), n (seeds
     per level), mean (at the published level), differences ([(level, d, lower, upper)], levels
     ascending, each as ``Setting.words`` writes it), verdict, decided_at (the largest upper
     bound: any margin above it says "does not move"), bounds ({outcome: seeds} of the seed
-    values that are bounds) and values (seed values in all)."""
+    values that are bounds) and values (seed values in all). ``grid``: the failure points were
+    read on a grid, not searched: no verdict but "cannot tell" (uncalibrated there)."""
     if seeds.empty or capacity.empty:
         return pd.DataFrame()
     config = capacity[["label", "d_dot"]].assign(
@@ -218,7 +219,8 @@ def table(seeds: pd.DataFrame, capacity: pd.DataFrame,
         scales = [_scale(ends[view][base], d_dot) for _, ends, d_dot, _ in groups]
         spread = _pooled([ends[view] for _, ends, _, _ in groups], scales, base, setting.test)
         for (group, ends, _, part), scale in zip(groups, scales):
-            rows.append(_row(group, view, part, ends[view], setting, base, scale, spread))
+            rows.append(_row(group, view, part, ends[view], setting, base, scale, spread,
+                             grid))
     found = pd.DataFrame(rows)
     if found.empty:
         return found
@@ -278,7 +280,7 @@ def _pooled(ends: list[Ends], scales: list[float], base: tuple,
 
 
 def _row(group: str, view: str, part: pd.DataFrame, ends: Ends, setting: Setting,
-         base_level: tuple, scale: float, spread: tuple[float, float]) -> dict:
+         base_level: tuple, scale: float, spread: tuple[float, float], grid: bool) -> dict:
     """One configuration's test in one view (``table``): each other level against the
     published one over every value the seeds' bounds allow (``corners``), the power to say
     "does not move" at the store's pooled ``spread`` (module docstring)."""
@@ -305,7 +307,7 @@ def _row(group: str, view: str, part: pd.DataFrame, ends: Ends, setting: Setting
         holds.append(hold_power(se, own, margin))
         detect.append(detectable(se, own, level))
     power = float(np.prod(holds))
-    verdict = str(decide(lower, upper, margin))
+    verdict = VERDICTS[3] if grid else str(decide(lower, upper, margin))
     bound_values = sorted({v for lo, hi in ends.values() for v in
                            [*lo[hi == math.inf], *hi[lo == 0]]})
     return {"label": group, "view": view,
@@ -314,7 +316,7 @@ def _row(group: str, view: str, part: pd.DataFrame, ends: Ends, setting: Setting
             "base": censored.median(base_lo, base_hi).words(".3g"),
             "differences": differences, "verdict": verdict,
             "decided_at": float(np.max(upper)),  # NaN when a level has no interval
-            "power": power, "detectable": float(np.max(detect)),
+            "power": power, "detectable": float(np.max(detect)), "grid": grid,
             "bounded_at": (f"{bound_values[0]:.4g}" if len(bound_values) == 1 else
                            f"{bound_values[0]:.4g} to {bound_values[-1]:.4g}")
             if verdict == VERDICTS[3] and bound_values and
@@ -323,14 +325,14 @@ def _row(group: str, view: str, part: pd.DataFrame, ends: Ends, setting: Setting
                        if (part[f"outcome{s}"] == o).any()}, "values": len(part)}
 
 
-def tables(seeds: pd.DataFrame,
-           capacity: pd.DataFrame) -> tuple[tuple[Setting, pd.DataFrame], ...]:
+def tables(seeds: pd.DataFrame, capacity: pd.DataFrame,
+           grid: bool = False) -> tuple[tuple[Setting, pd.DataFrame], ...]:
     """(setting, ``table``) for each setting some configurations ran at several levels of; both
     tests read each seed's failure point as its search located it (``seeds``: a paired seed's
-    two failure points, each from its own probes)."""
+    two failure points, each from its own probes; ``grid``: read on a grid instead)."""
     found = []
     for setting in SETTINGS:
-        table_ = table(seeds, capacity, setting)
+        table_ = table(seeds, capacity, setting, grid)
         if not table_.empty:
             found.append((setting, table_))
     return tuple(found)

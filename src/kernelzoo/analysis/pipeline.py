@@ -250,7 +250,7 @@ def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold
         long=by_view(capacity.assign(flags=flags(capacity, seeds, runs, threshold,
                                                      accuracy_threshold))),
         published=points, families=tuple(scaling.families(runs, seeds)),
-        moves=optimisation.tables(seeds, capacity),
+        moves=optimisation.tables(seeds, capacity, grid=not is_search(runs)),
         effects=factorial.table(capacity, seeds), placed=placed,
         answer=answer.facts(capacity, seeds, placed),
         curves=around, history=history,

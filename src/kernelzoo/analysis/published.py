@@ -116,7 +116,7 @@ def capacity_columns(capacity: pd.DataFrame, published_points: pd.DataFrame,
     return capacity
 
 
-PREDICTION = 0.95  # the level of the prediction interval for one new seed that does not stall
+PREDICTION = 0.99  # the level of the prediction interval for one new seed that does not stall
 LEVEL_WORDS = f"{PREDICTION:.0%} for a seed that does not stall"  # what that level covers
 
 

@@ -122,6 +122,9 @@ def verdict_words(r) -> str:
         _, d, low, high = max(r.differences, key=lambda x: x[2])
         return (f"{r.verdict} ({'bounds' if pd.isna(d) else f'{d:+.3g}'} [{cell(low)}, "
                 f"{cell(high)}])")
+    if getattr(r, "grid", False):
+        return (f"{r.verdict}: uncalibrated on a grid's readings (docs/analysis.md, "
+                "Calibration)")
     if r.verdict == optimisation.VERDICTS[3] and r.bounded_at:
         return f"{r.verdict}: bounded at {r.bounded_at}"
     if r.verdict == optimisation.VERDICTS[3] and any(pd.isna(low) for _, _, low, _ in
