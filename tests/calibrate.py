@@ -227,14 +227,10 @@ def published_kind(rng, sc: Scenario, r: int) -> dict[str, float]:
         word = published.verdict(run, "fails_at", seeds, (last, last + 20)) or ""
         differs += word.startswith("differs")
         if word.startswith(("differs", "consistent")):
-            lo, hi = published.prediction_interval(*_intervals(x, o))
+            lo, hi = published.prediction_interval(*censored.seed_intervals(o, x))
             told += 1
             covered += lo <= run <= hi
     return {"false differs": differs / r, "coverage": covered / told if told else 1.0}
-
-
-def _intervals(x, o):
-    return censored.seed_intervals(o, x)
 
 
 LAW_LEVELS = (16, 32, 64, 128, 256)  # dot_scaling's d_dot levels

@@ -76,8 +76,10 @@ def bounds(test, level: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def corners(base: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray],
-            test: str, level: float) -> tuple[float, float, float]:
-    """(d, lower, upper) of ``test`` over every value the seeds' bounds allow: ``base`` and
+            test: str, level: float, upper_level: float | None = None
+            ) -> tuple[float, float, float]:
+    """(d, lower, upper) of ``test`` over every value the seeds' bounds allow, the lower bound
+    one-sided at ``level`` and the upper at ``upper_level`` (None: ``level``): ``base`` and
     ``other`` are the (lo, hi) of the same seeds at two levels (NaN where a level lacks a seed).
     A one-sided lower bound d - t se is concave in the seed values (se is a norm of them) and
     the upper bound convex, so over the box of allowed values the lowest lower bound and the
@@ -101,7 +103,8 @@ def corners(base: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.nda
         found = TESTS[test](x[:n], x[n:])
         if test == "welch" and len(free):
             found = (*found[:2], min(np.isfinite(x[:n]).sum(), np.isfinite(x[n:]).sum()) - 1.0)
-        low, high = (float(v) for v in bounds(found, level))
+        low = float(bounds(found, level)[0])
+        high = float(bounds(found, level if upper_level is None else upper_level)[1])
         if math.isnan(low):  # a corner without spread: no interval
             return (math.nan if len(free) else float(found[0])), math.nan, math.nan
         lowest, highest = min(lowest, low), max(highest, high)
@@ -122,17 +125,16 @@ def decide(lower, upper, delta) -> np.ndarray:
                                                   np.where(holds, VERDICTS[2], VERDICTS[3])))
 
 
-def pooled_se(spread: tuple[float, float], test: str, n0: int, n1: int,
-              d_dot: float) -> tuple[float, float]:
-    """(se, dof) of a level's difference at the store's pooled spread (``spread``: the pooled
+def pooled_se(spread: tuple[float, float], test: str, n0: int, n1: int, d_dot: float) -> float:
+    """The se of a level's difference at the store's pooled spread (``spread``: the pooled
     variance of failure point / d_dot within a configuration and level, or of a seed's paired
     difference / d_dot, and its degrees of freedom) for ``n0`` and ``n1`` seeds."""
     var, dof = spread
     if not (dof > 0 and math.isfinite(d_dot)):
-        return math.nan, math.nan
+        return math.nan
     if test == "paired":
-        return d_dot * math.sqrt(var / min(n0, n1)), dof
-    return d_dot * math.sqrt(var * (1 / n0 + 1 / n1)), dof
+        return d_dot * math.sqrt(var / min(n0, n1))
+    return d_dot * math.sqrt(var * (1 / n0 + 1 / n1))
 
 
 def hold_power(se: float, dof: float, delta: float) -> float:
@@ -296,13 +298,12 @@ def _row(group: str, view: str, part: pd.DataFrame, ends: Ends, setting: Setting
         # seed by seed, NaN where a level lacks the seed: both tests leave NaNs out
         lo = pd.concat([base_lo, other_lo], axis=1).to_numpy().T
         hi = pd.concat([base_hi, other_hi], axis=1).to_numpy().T
-        d, low, _ = corners((lo[0], hi[0]), (lo[1], hi[1]), setting.test, level)
-        _, _, high = corners((lo[0], hi[0]), (lo[1], hi[1]), setting.test, 1 - ALPHA)
+        d, low, high = corners((lo[0], hi[0]), (lo[1], hi[1]), setting.test, level, 1 - ALPHA)
         differences.append((setting.words(r), d, low, high))
         lower.append(low)
         upper.append(high)
         n0, n1 = len(base_lo), len(other_lo)
-        se, _ = pooled_se(spread, setting.test, n0, n1, scale)
+        se = pooled_se(spread, setting.test, n0, n1, scale)
         own = min(n0, n1) - 1.0 if setting.test == "paired" else n0 + n1 - 2.0
         holds.append(hold_power(se, own, margin))
         detect.append(detectable(se, own, level))
