@@ -8,7 +8,7 @@ this ran.
 prints one row per verdict kind and rate (the worst scenario's value, the bound, met or not) and
 writes results/calibration.{csv,md}. ``tests/test_calibration.py`` runs the quick version (R =
 100 on a subset of scenarios, with the stated allowance of 2 binomial standard errors) in
-``make test`` and the full one in ``make test-slow``.
+``make test`` and checks the full one's committed table.
 
 A scenario is (seeds per configuration, noise, reading, stalls, bounds):
 - noise: a seed's true failure point is its configuration's plus noise of sd SD = 0.06 d_dot,
