@@ -1,6 +1,6 @@
 """``docs/results.md`` and README's results summary, written from the committed stores' tables so
 that no number in them is typed by hand. It reads what the analysis wrote (capacity.csv,
-verdicts.csv, runs.parquet, sweep.json) and re-runs no analysis.
+headlines.csv, answer.csv, runs.parquet, sweep.json) and re-runs no analysis.
 
     python scripts/results_doc.py           # rewrite docs/results.md, README's summary and
                                             # results/predictors.csv
@@ -30,7 +30,7 @@ from kernelzoo.records.files import StoreError, atomic_write_text, read_bytes, r
 from kernelzoo.records.history import read_sweep
 from kernelzoo.report.answer import size_lines
 from kernelzoo.report.markdown import observed
-from kernelzoo.report.verdicts import verdict_lines
+from kernelzoo.report.verdicts import COLUMNS as HEADLINE_COLUMNS, verdict_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
@@ -40,12 +40,13 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 # README's first screen: the answer of the store that compares the most maps (its answer.csv)
 ANSWER, ANSWERED = "<!-- answer:start -->", "<!-- answer:end -->"
 ANSWER_STORE = "zoo"
-# the verdicts of each study that README's table shows (verdicts.csv's ``verdict`` column)
-HEADLINES = {"quick": ("paper_bound",), "figure2": ("published_verdict",),
-             "figure2_search": ("published_verdict",), "figure3": ("update_rule_verdict",),
-             "dot_scaling": ("law",), "zoo": ("sizes",),  # its loss-view tiers: the answer
-             "favor_diagnosis": ("factorial_verdict", "law"),
-             "lr_robustness": ("optimisation_verdicts",), "lr_patience": ("optimisation_verdicts",)}
+# the headlines of each study that README's table shows (headlines.csv's ``id``: the id itself
+# or its first part, "law" for "law.loss")
+HEADLINES = {"quick": ("n_le_d_dot",), "figure2": ("published",), "figure2_search": ("published",),
+             "figure3": ("update_rules",), "dot_scaling": ("law",),
+             "zoo": ("between_sizes",),  # its loss-view tiers: the answer
+             "favor_diagnosis": ("factorial", "law"),
+             "lr_robustness": ("optimisation",), "lr_patience": ("optimisation",)}
 # the figures README shows: (store, figure, what it shows)
 FIGURES = (("zoo", "headline", "the zoo: failure point against d_dot per family, both sizes, "
                                "each view a panel"),
@@ -109,10 +110,10 @@ def capacity_lines(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def read_verdicts(store: Path) -> pd.DataFrame:
-    path = store / "verdicts.csv"
+def read_headlines(store: Path) -> pd.DataFrame:
+    path = store / "headlines.csv"
     return _csv(path).fillna("") if path.exists() and path.stat().st_size > 1 else \
-        pd.DataFrame(columns=["verdict", "title", "evidence"])
+        pd.DataFrame(columns=list(HEADLINE_COLUMNS))
 
 
 def section(experiment: str, root: Path) -> list[str]:
@@ -123,7 +124,7 @@ def section(experiment: str, root: Path) -> list[str]:
     table = _csv(store / "capacity.csv")
     return [f"## `{experiment}`", "", _header(experiment, root), "",
             f"Cost: {cost(store)}. Report: `results/reference/{experiment}/report.md`.", "",
-            *capacity_lines(table), "", *verdict_lines(read_verdicts(store)), ""]
+            *capacity_lines(table), "", *verdict_lines(read_headlines(store)), ""]
 
 
 def predicted_stores(root: Path) -> pd.DataFrame:
@@ -205,8 +206,10 @@ def summary(root: Path = ROOT) -> list[str]:
     """README's summary: a table of each study's headline verdicts, then its figures."""
     lines = [START, "| study | verdict | evidence |", "|---|---|---|"]
     for experiment in STUDIES:
-        found = read_verdicts(store_of(root, experiment))
-        for r in found[found["verdict"].isin(HEADLINES[experiment])].itertuples():
+        found = read_headlines(store_of(root, experiment))
+        shown = found["id"].str.partition(".")[0].isin(HEADLINES[experiment]) | \
+            found["id"].isin(HEADLINES[experiment])
+        for r in found[shown].itertuples():
             lines.append(f"| `{experiment}` | {r.title} | {r.evidence.replace('|', '/')} |")
     for experiment, name, what in FIGURES:
         path = f"results/reference/{experiment}/{name}.png"

@@ -146,10 +146,10 @@ def optimisation_coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_
     probability, it moves, by ``rises[j]`` x delta / ``moved_share``: the mean rise is the same,
     carried by a few seeds. The outliers shift every mean by the same factor, 1 - outlier_rate
     (1 - outlier_factor): the true difference of the observed means is the rise times it; the
-    verdicts are judged against the rise itself. ``test``: a name in ``TESTS``. Reported: ``covers``, the share of (study, level) whose
-    two-sided 95% interval covers the true difference; ``upper``, the share whose one-sided 95%
-    upper bound lies above it; ``lower``, the share whose Bonferroni lower bound lies below it
-    (nominal 1 - 0.05/m); and the share of studies with each verdict (VERDICTS, without the
+    verdicts are judged against the rise itself. ``test``: a name in ``TESTS``. Reported:
+    ``covers``, the share of (study, level) whose two-sided (1 - 2 ALPHA) = 95% interval covers
+    the true difference; ``upper``, the share whose one-sided (1 - ALPHA) upper bound lies above
+    it; ``lower``, the share whose Bonferroni lower bound lies below it (nominal 1 - ALPHA/m); and the share of studies with each verdict (VERDICTS, without the
     power condition on "does not move") and with either rise (``rises``)."""
     rng = np.random.default_rng(seed)
     delta, m = MARGIN * d_dot, len(rises)
@@ -161,7 +161,7 @@ def optimisation_coverage(studies: int = 2000, seed: int = 0, seeds: int = 3, d_
                            x[:, :1, :])
     truth = rise[1:] * (1 - outlier_rate * (1 - outlier_factor))
     found = TESTS[test](x[:, :1, :], x[:, 1:, :])
-    low95, high95 = bounds(found, 1 - ALPHA / 2)
+    low95, high95 = bounds(found, 1 - ALPHA)
     lower, upper = bounds(found, 1 - ALPHA / m)[0], bounds(found, 1 - ALPHA)[1]
     verdicts = decide(lower, upper, delta)
     return {"covers": float(((low95 <= truth) & (truth <= high95)).mean()),

@@ -128,7 +128,8 @@ def test_the_report_verdict_quotes_each_comparison_without_nesting_parentheses()
         "outcome": ["fails_at", "fails_at"], "published_capacity": [54.7, 20.0],
         "published_outcome": ["fails_at", "fails_everywhere"],
         "published_verdict": [verdict(54.7, "fails_at", seeds(FIVE)), "other outcome"]})
-    line, = published_verdict(capacity)
+    (key, line), = published_verdict(capacity)
+    assert key == "published"
     assert ("ELU+1 49 against 54.7, consistent (ranks 5 of 6; one new seed: 23.9 to 92.5, "
             "99% for a seed that does not stall);") in line
     assert line.endswith("; FAVOR+ 5.91 against <= 20, other outcome.")

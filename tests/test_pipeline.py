@@ -53,5 +53,6 @@ def test_writing_the_outputs_opens_no_store_file(store, monkeypatch):
     head = report.read_text().splitlines()[:60]
     assert "## Capacity" in head and "## Verdicts" in head
     assert {p.name for p in figures} >= {"headline.png", "loss_panels.png", "accuracy_panels.png"}
-    for name in ("capacity.csv", "capacity_long.csv", "verdicts.csv", "scaling.csv"):
+    for name in ("capacity.csv", "capacity_long.csv", "verdicts.csv", "headlines.csv",
+                 "scaling.csv"):
         assert (store / name).stat().st_size > 0, name

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from test_hardening import _precheck
 
+from kernelzoo.analysis import verdicts
 from kernelzoo.config.schema import N_KEYS_MAX
 from kernelzoo.records import summary
 from kernelzoo.report import panels
@@ -65,7 +66,8 @@ def test_the_loss_floor_is_computed_at_a_bounded_number_of_n_keys(monkeypatch):
 
 def _capacity(rows):
     return pd.DataFrame(rows, columns=["label", "predicted_capacity", "outcome", "ratio",
-                                       "observed_capacity", "ci_low", "ci_high"])
+                                       "observed_capacity", "ci_low", "ci_high"]).assign(
+                                           n_seeds=3, ci_level=0.75)
 
 
 def test_the_papers_bound_counts_a_bound_above_only_when_its_lower_end_is():
@@ -79,7 +81,11 @@ def test_the_papers_bound_counts_a_bound_above_only_when_its_lower_end_is():
         ("under", 64.0, "fails_everywhere", 0.31, 20.0, 0.0, 20.0),
         ("covers", 64.0, "fails_at", 0.9, 58.0, 50.0, 70.0),
     ])
-    [line] = paper_bound(table)
+    facts = pd.DataFrame(verdicts.paper_bound(table))
+    assert facts["outcome"].tolist() == ["cannot tell", "cannot tell", "above", "below", "at"]
+    assert facts["id"].tolist()[:2] == ["paper_bound.at d_dot.loss", "paper_bound.disagree.loss"]
+    [(key, line)] = paper_bound(facts, table)
+    assert key == "n_le_d_dot"
     assert line.startswith("- **n* <= d_dot** (the paper's bound, loss view; failure point / "
                            "d_dot [interval]), 5 configurations: 1 fail before d_dot, 1 at it, "
                            "1 above it, 2 cannot tell (bounded); above: over "), line

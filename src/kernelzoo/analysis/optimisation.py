@@ -23,7 +23,7 @@ from kernelzoo.analysis.published import PUBLISHED_LR, PUBLISHED_STOPPING
 from kernelzoo.analysis.labels import natural_key
 
 MARGIN = 0.1  # delta = MARGIN x d_dot keys
-ALPHA = 0.05
+ALPHA = 0.025  # each one-sided bound's error rate: a 95% two-sided interval
 VERDICTS = ("rises beyond the margin", "rises, size not pinned down", "does not move",
             "cannot tell")
 RISES = VERDICTS[:2]
@@ -114,7 +114,7 @@ def corners(base: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.nda
 
 def decide(lower, upper, delta) -> np.ndarray:
     """The verdict (module docstring) from each other level's Bonferroni ``lower`` bound and
-    95% ``upper`` bound, the levels along the last axis; ``delta`` a number or one per
+    (1 - ALPHA) ``upper`` bound, the levels along the last axis; ``delta`` a number or one per
     leading index."""
     lower, upper = np.asarray(lower, float), np.asarray(upper, float)
     delta = np.asarray(delta, float)
@@ -138,9 +138,9 @@ def pooled_se(spread: tuple[float, float], test: str, n0: int, n1: int, d_dot: f
 
 
 def hold_power(se: float, dof: float, delta: float) -> float:
-    """The chance that a level's one-sided 95% upper bound falls below ``delta`` when the level
+    """The chance that a level's one-sided (1 - ALPHA) upper bound falls below ``delta`` when the level
     does not move the failure point, at a standard error ``se`` with ``dof`` degrees of freedom
-    (the store's pooled spread, ``pooled_se``): T(delta / se - t_0.95); NaN without one."""
+    (the store's pooled spread, ``pooled_se``): T(delta / se - t_(1 - ALPHA)); NaN without one."""
     if not (se > 0 and dof > 0):
         return math.nan
     return float(stats.t.cdf(delta / se - stats.t.ppf(1 - ALPHA, dof), dof))

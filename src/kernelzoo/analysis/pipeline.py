@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis import (answer, dynamics, factorial, optimisation, prediction, published,
-                                rank_bound, scaling, settings, stalls)
+                                rank_bound, scaling, settings, stalls, verdicts)
 from kernelzoo.analysis.capacity import by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.analysis.flags import flags
 from kernelzoo.analysis.labels import is_search, natural_key
@@ -40,7 +40,7 @@ class Analysis:
     (``capacity.by_view``, capacity_long.csv); checked: ``stalls.check_outcomes``; published:
     the authors' points of the matching configurations; families: ``scaling.families``; moves:
     ``optimisation.tables``; effects: ``factorial.table``; placed: ``tiers.tiers``; answer:
-    ``answer.facts``;
+    ``answer.facts``; verdicts: ``verdicts.facts`` (verdicts.csv);
     curves: the eval curves of the runs around each failure point; history: sweep.json (None
     without one); stall_lines: one line per stalled run; holes: a grid's missing points (None
     for a search); missing, damaged, set_aside: what could not be read or was left out."""
@@ -61,6 +61,7 @@ class Analysis:
     effects: pd.DataFrame = field(default_factory=pd.DataFrame)
     placed: tuple = ()
     answer: pd.DataFrame = field(default_factory=pd.DataFrame)
+    verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     history: dict | None = None
     stall_lines: tuple = ()
@@ -245,14 +246,18 @@ def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold
     history = _sweep(exp_dir, damaged)
     lines, unreadable = stalls.stall_lines(runs, exp_dir / "runs")
     placed = tuple(tiers(capacity, seeds))
+    grid = not is_search(runs)
+    families = tuple(scaling.families(runs, seeds))
+    moves = optimisation.tables(seeds, capacity, grid=grid)
+    effects = factorial.table(capacity, seeds)
     return Analysis(
         runs=runs, checks=checks, seeds=seeds, capacity=capacity, checked=checked,
         long=by_view(capacity.assign(flags=flags(capacity, seeds, runs, threshold,
                                                      accuracy_threshold))),
-        published=points, families=tuple(scaling.families(runs, seeds)),
-        moves=optimisation.tables(seeds, capacity, grid=not is_search(runs)),
-        effects=factorial.table(capacity, seeds), placed=placed,
+        published=points, families=families, moves=moves, effects=effects, placed=placed,
         answer=answer.facts(capacity, seeds, placed),
+        verdicts=verdicts.facts(capacity, seeds, families, placed, moves, effects, checked,
+                                grid),
         curves=around, history=history,
-        stall_lines=tuple(lines), holes=None if is_search(runs) else tuple(grid_holes(runs)),
+        stall_lines=tuple(lines), holes=tuple(grid_holes(runs)) if grid else None,
         damaged=tuple(damaged + unreadable), **base)

@@ -25,6 +25,7 @@ import io
 import json
 import math
 import re
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -154,49 +155,74 @@ def prediction_interval(lo, hi=None, level: float = PREDICTION) -> tuple[float, 
     return float(np.exp(mean - half)), float(np.exp(mean + half))
 
 
-def verdict(published_value: float, published_outcome, seeds: pd.DataFrame,
-            bracket: tuple[float, float] = (math.nan, math.nan)) -> str | None:
+@dataclass(frozen=True)
+class Comparison:
+    """The authors' one run against this configuration's seeds (``compare``): the word, the
+    run's rank among the seeds (NaN where none), how many seeds, the prediction interval (NaN
+    where none) and the verdict as the report prints it."""
+
+    word: str
+    rank: float
+    n: int
+    low: float
+    high: float
+    words: str
+
+
+def compare(published_value: float, published_outcome, seeds: pd.DataFrame,
+            bracket: tuple[float, float] = (math.nan, math.nan)) -> Comparison | None:
     """Where the authors' one run lies against this configuration's seeds, in the loss view.
 
     The published point is one run (seed 1): it is set against the interval that holds one new
-    seed of this configuration (``prediction_interval``, 95% for a seed that does not stall),
-    not the median's, and its rank among the seeds is given ("ranks 2 of 6": one run and 5
-    seeds, 1 the lowest; a tie, or a bound on its side of the published value, counts half).
-    The two designs differ: this suite's search brackets each seed's failure point between
-    probes set near d_dot, the authors' grid steps by 20 keys, so their point is known only to
-    its ``bracket`` [last pass, first fail]. Verdicts: "consistent" when that bracket (the point
-    itself without one) meets the prediction interval, "differs" when it lies outside; seeds
-    whose value is a bound enter as the intervals they allow, while more than half the seeds
-    and at least two are points; with fewer, or a published bound, "same bound" when the seeds
-    all end in the published bound and "other outcome" otherwise; "one seed" with fewer than
-    two; "cannot tell" where the seeds fail at one value (no spread: no interval to predict a
-    new seed from)."""
+    seed of this configuration (``prediction_interval``, PREDICTION for a seed that does not
+    stall), not the median's, and its rank among the seeds is given ("ranks 2 of 6": one run
+    and 5 seeds, 1 the lowest; a tie, or a bound on its side of the published value, counts
+    half). The two designs differ: this suite's search brackets each seed's failure point
+    between probes set near d_dot, the authors' grid steps by 20 keys, so their point is known
+    only to its ``bracket`` [last pass, first fail]. Words: "consistent" when that bracket (the
+    point itself without one) meets the prediction interval, "differs" when it lies outside;
+    seeds whose value is a bound enter as the intervals they allow, while more than half the
+    seeds and at least two are points; with fewer, or a published bound, "same bound" when the
+    seeds all end in the published bound and "other outcome" otherwise; "one seed" with fewer
+    than two; "cannot tell" where the seeds fail at one value (no spread: no interval to
+    predict a new seed from). None without a published point."""
     if published_outcome is None or (isinstance(published_outcome, float)
                                      and math.isnan(published_outcome)):
         return None
     seeds = seeds[seeds["outcome"] != "no_data"]
     if len(seeds) < 2:
-        return "one seed"
+        return Comparison("one seed", math.nan, len(seeds), math.nan, math.nan, "one seed")
     points = int(seeds["outcome"].eq("fails_at").sum())
     if published_outcome != "fails_at" or points < 2 or 2 * points <= len(seeds) \
             or not seeds["outcome"].isin(("fails_at", censored.LOWER, censored.UPPER)).all():
         same = set(seeds["outcome"]) == {published_outcome} and \
             bool((seeds["value"] == published_value).all())
-        return "same bound" if same else "other outcome"
+        word = "same bound" if same else "other outcome"
+        return Comparison(word, math.nan, len(seeds), math.nan, math.nan, word)
     lo, hi = censored.seed_intervals(seeds["outcome"], seeds["value"])
     below = (hi < published_value).sum()
     tied = ((lo == hi) & (lo == published_value)).sum() + \
         ((lo != hi) & (lo <= published_value) & (hi >= published_value)).sum()
-    rank = 1 + below + 0.5 * tied
+    rank = float(1 + below + 0.5 * tied)
     if (lo == hi).all() and np.ptp(lo) == 0:  # no spread: a zero-width interval says nothing
-        return (f"cannot tell (ranks {rank:g} of {len(lo) + 1}; its {len(lo)} seeds fail at one "
-                f"value, {lo[0]:.3g}: no spread to predict a new seed from)")
+        return Comparison("cannot tell", rank, len(lo), math.nan, math.nan,
+                          f"cannot tell (ranks {rank:g} of {len(lo) + 1}; its {len(lo)} seeds "
+                          f"fail at one value, {lo[0]:.3g}: no spread to predict a new seed "
+                          "from)")
     low, high = prediction_interval(lo, hi)
     first, last = (published_value, published_value) if any(map(math.isnan, bracket)) \
         else bracket
     word = "consistent" if first <= high and last >= low else "differs"
-    return (f"{word} (ranks {rank:g} of {len(lo) + 1}; one new seed: {low:.3g} to "
-            f"{high:.3g}, {LEVEL_WORDS})")
+    return Comparison(word, rank, len(lo), low, high,
+                      f"{word} (ranks {rank:g} of {len(lo) + 1}; one new seed: {low:.3g} to "
+                      f"{high:.3g}, {LEVEL_WORDS})")
+
+
+def verdict(published_value: float, published_outcome, seeds: pd.DataFrame,
+            bracket: tuple[float, float] = (math.nan, math.nan)) -> str | None:
+    """``compare``'s verdict as the report prints it (None without a published point)."""
+    found = compare(published_value, published_outcome, seeds, bracket)
+    return None if found is None else found.words
 
 
 def verdict_column(capacity: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:

@@ -109,9 +109,15 @@ def verdict(law: censored.CensoredLaw | None, n_points: int) -> str:
         return VERDICTS[2]
     if law.p_identity < censored.REJECT:
         return VERDICTS[0]
-    half = law.t * math.sqrt(max(law.cov[0][0], 0.0))
-    low, high = law.ratio_centre * math.exp(-half), law.ratio_centre * math.exp(half)
+    _, low, high = centre_interval(law)
     return VERDICTS[1] if power.RATIO < low and high < 1 / power.RATIO else VERDICTS[2]
+
+
+def centre_interval(law: censored.CensoredLaw) -> tuple[float, float, float]:
+    """n* / d_dot at the levels' centre with its 95% t interval (each end a one-sided 2.5%
+    test: the equivalence test ``verdict`` reads)."""
+    half = law.t * math.sqrt(max(law.cov[0][0], 0.0))
+    return law.ratio_centre, law.ratio_centre * math.exp(-half), law.ratio_centre * math.exp(half)
 
 
 def _keys(runs: pd.DataFrame) -> tuple[dict, dict]:

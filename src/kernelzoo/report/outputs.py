@@ -1,7 +1,7 @@
 """Every output of an analysis, written from its ``Analysis`` into the experiment's directory,
 each file atomically: runs.parquet, capacity.csv (one row per configuration), capacity_long.csv
-(one row per configuration and view, with its flags), scaling.csv, verdicts.csv (the
-verdicts of report.md's first screen), factorial.csv (where
+(one row per configuration and view, with its flags), scaling.csv, verdicts.csv (every
+verdict as facts), headlines.csv (report.md's first screen), factorial.csv (where
 configurations form a 2^k design), probes.csv (a search's probes), stalls.csv (the stalled
 runs), the figures (PNG and SVG) and report.md."""
 
@@ -17,7 +17,7 @@ from kernelzoo.analysis.pipeline import Analysis
 from kernelzoo.records.files import atomic_write, atomic_write_text
 from kernelzoo.report.figures import all_figures
 from kernelzoo.report.markdown import probes_table, write_report
-from kernelzoo.report.verdicts import verdicts
+from kernelzoo.report.verdicts import headlines
 
 STALL_COLUMNS = ["label", "seed", "n_keys", "dead_keys", "status", "final_eval_loss",
                  "final_eval_accuracy", "run_id"]
@@ -35,7 +35,8 @@ def write_tables(a: Analysis) -> None:
     _csv(a.exp_dir / "capacity.csv", a.capacity)
     _csv(a.exp_dir / "capacity_long.csv", a.long)
     _csv(a.exp_dir / "scaling.csv", scaling.table(list(a.families)))
-    _csv(a.exp_dir / "verdicts.csv", verdicts(a))
+    _csv(a.exp_dir / "verdicts.csv", a.verdicts)
+    _csv(a.exp_dir / "headlines.csv", headlines(a))
     if len(a.answer):
         _csv(a.exp_dir / "answer.csv", a.answer)
     if not a.effects.empty:

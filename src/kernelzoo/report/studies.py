@@ -145,9 +145,9 @@ def optimisation_section(moves: tuple, runs: pd.DataFrame) -> list[str]:
         published = setting.words(setting.base)
         out += [f"### {setting.heading}", "",
                 f"{WHAT_D[setting.test]}, each level minus the published one ({published}), in "
-                "keys: d [one-sided (1 - 0.05/m) lower bound, one-sided 95% upper bound]; "
-                "\"bounds\" where a seed is a bound (the ends then hold for every value it "
-                "allows).", "",
+                f"keys: d [one-sided (1 - {optimisation.ALPHA:g}/m) lower bound, one-sided "
+                f"{1 - optimisation.ALPHA:.1%} upper bound]; \"bounds\" where a seed is a bound "
+                "(the ends then hold for every value it allows).", "",
                 f"| configuration | view | levels | seeds per level | median at {published} | "
                 f"difference from {published} | margin delta (keys) | verdict | largest upper "
                 "bound: the margin it decides above (keys) | seed values that are bounds |",

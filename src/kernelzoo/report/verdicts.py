@@ -1,6 +1,7 @@
-"""The study's verdicts on report.md's first screen: one line each, with the numbers that carry
-it and what bounds its power (seeds, interval levels, the margin a test decides above). Each
-reads the analysis' tables; a verdict that does not apply to the study is left out."""
+"""The study's headlines on report.md's first screen (headlines.csv): one line each, with a stable
+id, the numbers that carry it and what bounds its power (seeds, interval levels, the margin a
+test decides above). Each reads the analysis' tables and facts (``Analysis.verdicts``,
+verdicts.csv); a headline that does not apply to the study is left out."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from kernelzoo.config.words import plural
 from kernelzoo.report.scaling import law_words, short_verdict
 from kernelzoo.report.studies import TEST_WORDS, effect_cell, simple_words
 
-COLUMNS = ("verdict", "title", "evidence")  # verdicts.csv: which verdict, its heading, its line
+COLUMNS = ("id", "title", "evidence")  # headlines.csv: its stable id, its heading, its line
+Line = tuple[str, str]  # (id, the line as report.md lists it)
 
 
 def _ratio(r) -> str:
@@ -27,50 +29,47 @@ def _ratio(r) -> str:
            f"{r.ci_high / r.predicted_capacity:.2f}]"
 
 
-def paper_bound(capacity: pd.DataFrame) -> list[str]:
-    """The paper's prediction n* <= d_dot in the loss view, per configuration with a d_dot, from
-    its interval [ci_low, ci_high] (a bound's open end at 0 or inf): below (the interval under
-    d_dot), above (its lower end over d_dot), at (a failure point whose finite interval covers
-    d_dot), else cannot tell (a bound, or seeds that disagree, that allows both sides)."""
-    rows = capacity[capacity["predicted_capacity"].notna()
-                    & ~capacity["outcome"].isin(("no_data", "not_searched"))]
+def paper_bound(facts: pd.DataFrame, capacity: pd.DataFrame) -> list[Line]:
+    """The paper's prediction n* <= d_dot in the loss view, counted from its facts
+    (``verdicts.paper_bound``: below, at, above or cannot tell per configuration), each
+    configuration above or undecided named with its ratio [interval] from ``capacity``."""
+    rows = facts[facts["kind"] == "n* <= d_dot"]
     if rows.empty:
         return []
-    d = rows["predicted_capacity"].astype(float)
-    low, high = rows["ci_low"].astype(float), rows["ci_high"].astype(float)
-    above, below = low > d, high < d
-    at = ~above & ~below & (rows["outcome"] == "fails_at") & (low > 0) & np.isfinite(high)
-    unknown = ~above & ~below & ~at
-    parts = [f"{int(below.sum())} fail before d_dot, {int(at.sum())} at it, "
-             f"{int(above.sum())} above it"
-             + (f", {int(unknown.sum())} cannot tell (bounded)" if unknown.any() else "")]
-    if above.any():
-        parts.append("above: " + ", ".join(f"{r.label} {_ratio(r)}"
-                                           for r in rows[above].itertuples()))
-    if unknown.any():
-        parts.append("cannot tell: " + ", ".join(f"{r.label} {_ratio(r)}"
-                                                 for r in rows[unknown].itertuples()))
-    return [f"- **n* <= d_dot** (the paper's bound, loss view; failure point / d_dot "
-            f"[interval]), {plural(len(rows), 'configuration')}: " + "; ".join(parts) + "."]
+    count = rows["outcome"].value_counts()
+    parts = [f"{count.get('below', 0)} fail before d_dot, {count.get('at', 0)} at it, "
+             f"{count.get('above', 0)} above it"
+             + (f", {count['cannot tell']} cannot tell (bounded)" if "cannot tell" in count
+                else "")]
+    by_label = capacity.set_index("label", drop=False)
+    for word in ("above", "cannot tell"):
+        if word in count:
+            parts.append(f"{word}: " + ", ".join(
+                f"{label} {_ratio(by_label.loc[label])}"
+                for label in rows.loc[rows["outcome"] == word, "subject"]))
+    return [("n_le_d_dot", f"- **n* <= d_dot** (the paper's bound, loss view; failure point / "
+             f"d_dot [interval]), {plural(len(rows), 'configuration')}: " + "; ".join(parts)
+             + ".")]
 
 
-def published_verdict(capacity: pd.DataFrame) -> list[str]:
+def published_verdict(capacity: pd.DataFrame) -> list[Line]:
     """The authors' one published run against one new seed's prediction interval (95% for a
     seed that does not stall), at the resolution of their 20-key grid, with its rank among the
     seeds (``published.verdict``)."""
     theirs = capacity[capacity["published_outcome"].notna()]
     if theirs.empty:
         return []
-    return ["- **Against the authors' published losses** (loss view, ours against theirs; their "
+    return [("published", "- **Against the authors' published losses** (loss view, ours "
+             "against theirs; their "
             "one run consistent with one new seed's prediction interval or not, "
             f"{published.LEVEL_WORDS}): "
             + "; ".join(f"{r.label} {bound(r.observed_capacity, r.outcome)} against "
                         f"{bound(r.published_capacity, r.published_outcome)}"
                         + (f", {r.published_verdict}" if r.published_verdict != "one seed"
-                           else "") for r in theirs.itertuples()) + "."]
+                           else "") for r in theirs.itertuples()) + ".")]
 
 
-def law(families) -> list[str]:
+def law(families) -> list[Line]:
     """Per view, the families whose law n* = a d_dot^b was fitted, or that cannot tell on their
     bounds: rejects n* = d_dot, consistent with it (power 50% or more against n* = 0.9 d_dot)
     or cannot tell, with b [95%] and the F test's p."""
@@ -89,11 +88,11 @@ def law(families) -> list[str]:
                 f"{r.p_identity:.2g}, {short_verdict(r)} ({r.n_d_dot} levels)")
 
     for view, rows in fits.groupby("view", sort=False):
-        lines.append(f"- **n* = d_dot, {VIEW_WORDS[view]} view** ("
+        lines.append((f"law.{view}", f"- **n* = d_dot, {VIEW_WORDS[view]} view** ("
                      + ("" if view == "loss" else "argmax, not bounded by d_dot: the rank "
                         "theory does not predict n* = d_dot here; ")
-                     + "law fitted over the d_dot levels; b [95%], F test p): " + "; ".join(map(words, rows.itertuples()))
-                     + ".")
+                     + "law fitted over the d_dot levels; b [95%], F test p): "
+                     + "; ".join(map(words, rows.itertuples())) + "."))
     return lines
 
 
@@ -104,7 +103,7 @@ def per_d_dot(view: str) -> str:
     return "n* / d_dot" if view == "loss" else "keys / d_dot, argmax: not bounded by 1"
 
 
-def ranking(capacity: pd.DataFrame, placed: tuple) -> list[str]:
+def ranking(capacity: pd.DataFrame, placed: tuple) -> list[Line]:
     """Per view and size, the first tier (``placed``: ``tiers.tiers``, the configurations that
     Tukey's HSD separates from no other member) with the rest apart, and how far the views'
     orders agree (Spearman's rho); no view headlines the others."""
@@ -128,30 +127,32 @@ def ranking(capacity: pd.DataFrame, placed: tuple) -> list[str]:
                     f"{p.label} {p.efficiency:.3g} ({p.apart})" for p in untested)
                    if untested else ""))
         if parts:
-            lines.append(f"- **First tier, {VIEW_WORDS[view]} view** ({per_d_dot(view)}; the "
-                         "configurations that Tukey's HSD (2.5% familywise, over the seeds) "
-                         "separates from none of the others, no order within it): "
-                         + " | ".join(parts) + ".")
+            lines.append((f"first_tier.{view}", f"- **First tier, {VIEW_WORDS[view]} view** ("
+                          f"{per_d_dot(view)}; the configurations that Tukey's HSD (2.5% "
+                          "familywise, over the seeds) separates from none of the others, no "
+                          "order within it): " + " | ".join(parts) + "."))
     rhos = rankings.view_rhos(capacity)
     if rhos:
-        lines.append("- **Views agree** (Spearman rho of failure point / d_dot): " + "; ".join(
-            f"{VIEW_WORDS[v]} / {VIEW_WORDS[w]} {rho_words(rho)} ({n} configurations)"
-            for v, w, rho, n in rhos) + ".")
+        lines.append(("views_agree", "- **Views agree** (Spearman rho of failure point / "
+                      "d_dot): " + "; ".join(
+                          f"{VIEW_WORDS[v]} / {VIEW_WORDS[w]} {rho_words(rho)} ({n} "
+                          "configurations)" for v, w, rho, n in rhos) + "."))
     return lines
 
 
-def sizes(capacity: pd.DataFrame, families) -> list[str]:
+def sizes(capacity: pd.DataFrame, families) -> list[Line]:
     """Per pair of sizes, the families' rank agreement and those moved by their own change."""
     family = {label: f.name for f in families for label in f.points["label"].unique()}
-    return [f"- **Between d_dot {p.small} and {p.large}** ({len(p.families)} families, "
+    return [(f"between_sizes.{p.small}-{p.large}",
+             f"- **Between d_dot {p.small} and {p.large}** ({len(p.families)} families, "
             "Spearman rho of their ranks): "
             + ", ".join(f"{VIEW_WORDS[v]} {r:.2f}" for v, (r, _) in p.rho.items())
             + "; moved by their own efficiency change: "
             + ("; ".join(f"{name} ({', '.join(views)})" for name, views in p.moved.items())
-               or "none") + "." for p in between_sizes.pairs(capacity, family)]
+               or "none") + ".") for p in between_sizes.pairs(capacity, family)]
 
 
-def optimisation_verdicts(a: Analysis) -> list[str]:
+def optimisation_verdicts(a: Analysis) -> list[Line]:
     """Per setting the test varies: in each view, how many configurations rise beyond the
     margin, within it, do not move or cannot tell (with the margin they would decide above)."""
     lines = []
@@ -163,17 +164,18 @@ def optimisation_verdicts(a: Analysis) -> list[str]:
                          + (f" ({', '.join(moved)})" if moved else ""))
         undecided = found[found["verdict"] == optimisation.VERDICTS[3]]["decided_at"]
         undecided = undecided[undecided.map(lambda v: pd.notna(v) and v != float("inf"))]
-        lines.append(f"- **Does the failure point move with the {setting.heading.lower()}?** "
+        lines.append((f"optimisation.{setting.keys[0]}",
+                      f"- **Does the failure point move with the {setting.heading.lower()}?** "
                      f"({TEST_WORDS[setting.test]}, margin "
                      f"{optimisation.MARGIN:g} d_dot keys, "
                      f"{found['label'].nunique()} configurations) " + "; ".join(parts)
                      + (f"; those that cannot tell would decide above a margin of "
                         f"{cell(undecided.median())} keys (median)" if len(undecided) else "")
-                     + ".")
+                     + "."))
     return lines
 
 
-def update_rule_verdict(capacity: pd.DataFrame) -> list[str]:
+def update_rule_verdict(capacity: pd.DataFrame) -> list[Line]:
     """Per map run under several update rules, the rules in order of their accuracy-view
     failure points."""
     found = update_rules.table(capacity)
@@ -182,11 +184,12 @@ def update_rule_verdict(capacity: pd.DataFrame) -> list[str]:
     ranked = [f"{name}: " + " > ".join(f"{r.update_rule} {bound(r.observed_capacity_acc, r.outcome_acc)}"
                                        for r in g.itertuples())
               for name, g in found.groupby("map", sort=False) if len(g) > 1]
-    return ["- **Update rules** (accuracy view, most keys first): " + "; ".join(ranked) + "."] \
+    return [("update_rules", "- **Update rules** (accuracy view, most keys first): "
+             + "; ".join(ranked) + ".")] \
         if ranked else []
 
 
-def factorial_verdict(a: Analysis) -> list[str]:
+def factorial_verdict(a: Analysis) -> list[Line]:
     """Each design's main effects in the loss view: the ratio on the failure point [95%]; a
     factor in an interaction whose interval excludes 1 is given at each level of the other
     (``factorial.simple_effects``) in place of its averaged main effect."""
@@ -199,16 +202,17 @@ def factorial_verdict(a: Analysis) -> list[str]:
         simple = [e for e in factorial.simple_table(a.capacity, a.seeds)
                   if e.view == "loss" and e.design == design]
         interacting = {e.factor for e in simple}
-        lines.append(f"- **Factorial, {design}** (loss view, each change's ratio on the failure "
+        lines.append((f"factorial.{design}",
+                      f"- **Factorial, {design}** (loss view, each change's ratio on the failure "
                      f"point [95%], {rows['seeds'].iloc[0]} seeds): " + "; ".join(
                          f"{r.effect} {effect_cell(r)}"
                          for r in rows.itertuples() if r.effect not in interacting)
                      + "".join(f"; {words}" for words in simple_words(simple, "loss"))
-                     + ".")
+                     + "."))
     return lines
 
 
-def stall_verdict(a: Analysis) -> list[str]:
+def stall_verdict(a: Analysis) -> list[Line]:
     """How many runs stalled, were checked and cleared: the headline counts each as it ended."""
     stalled = int(a.runs["stalled"].sum())
     if not stalled:
@@ -216,29 +220,26 @@ def stall_verdict(a: Analysis) -> list[str]:
     found = a.checked if len(a.checked) else None
     failed = int(found["fails_loss"].sum()) if found is not None else 0
     cleared = int(found["clears_loss"].sum()) if found is not None else 0
-    return [f"- **Stalls** (a few keys never learned under capacity): {stalled} of "
+    return [("stalls", f"- **Stalls** (a few keys never learned under capacity): {stalled} of "
             f"{len(a.runs)} runs stalled; {len(a.checked)} checked, of which {failed} failed the "
             f"loss view and {cleared} of those were cleared; the table counts each run as it "
-            "ended."]
+            "ended.")]
 
 
-def verdicts(a: Analysis) -> pd.DataFrame:
-    """Every verdict that applies to the study (verdicts.csv): which verdict (the function that
-    states it), its title and its evidence, one row each in report order."""
+def headlines(a: Analysis) -> pd.DataFrame:
+    """Every headline that applies to the study (headlines.csv): its stable id, title and
+    evidence, one row each in report order."""
     rows = []
-    for function, found in (
-            (paper_bound, paper_bound(a.capacity)),
-            (published_verdict, published_verdict(a.capacity)), (law, law(a.families)),
-            (ranking, ranking(a.capacity, a.placed)), (sizes, sizes(a.capacity, a.families)),
-            (optimisation_verdicts, optimisation_verdicts(a)),
-            (update_rule_verdict, update_rule_verdict(a.capacity)),
-            (factorial_verdict, factorial_verdict(a)), (stall_verdict, stall_verdict(a))):
-        for line in found:
-            title, _, evidence = line.removeprefix("- **").partition("**")
-            rows.append((function.__name__, title, evidence.removeprefix(":").strip()))
+    for key, line in (
+            *paper_bound(a.verdicts, a.capacity), *published_verdict(a.capacity),
+            *law(a.families), *ranking(a.capacity, a.placed), *sizes(a.capacity, a.families),
+            *optimisation_verdicts(a), *update_rule_verdict(a.capacity), *factorial_verdict(a),
+            *stall_verdict(a)):
+        title, _, evidence = line.removeprefix("- **").partition("**")
+        rows.append((key, title, evidence.removeprefix(":").strip()))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
 def verdict_lines(found: pd.DataFrame) -> list[str]:
-    """The verdicts as report.md's first screen lists them (``verdicts`` or verdicts.csv)."""
+    """The headlines as report.md's first screen lists them (``headlines`` or headlines.csv)."""
     return [f"- **{r.title}** {r.evidence}" for r in found.itertuples()]
