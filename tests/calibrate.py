@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from kernelzoo.analysis import censored, compare, optimisation, published, scaling
+from kernelzoo.analysis import censored, compare, optimisation, published, scaling, sequential
 from kernelzoo.analysis.capacity import SUFFIX, VIEWS, capacity_table
 from kernelzoo.analysis.tiers import tiers
 
@@ -212,6 +212,25 @@ def tiers_kind(rng, sc: Scenario, r: int) -> dict[str, float]:
     return {"false split": split / r}
 
 
+def sequential_kind(rng, sc: Scenario, r: int) -> dict[str, float]:
+    """Seeds until decided (``sequential.race`` from the scenario's seeds to ``sequential.MOST``,
+    one seed a round): any split of 3 to 8 equal configurations at the race's end (the final
+    first tier leaves one out), the loss view; a seed read as a bound takes its configuration
+    out of the race, as HSD cannot test it."""
+    top = top_probe(MEAN, sc)
+
+    def draw(label: str, n: int) -> np.ndarray:
+        x, o = read(rng, MEAN + SD * noise(rng, n, sc.noise), sc, top)
+        return np.where(o == "fails_at", x / D_DOT, np.nan)
+
+    split = 0
+    for i in range(r):
+        labels = [f"c{j}" for j in range(3 + i % 6)]
+        found = sequential.race(draw, labels, start=sc.seeds)
+        split += 0 < len(found.first) < len(found.seeds)
+    return {"false separated": split / r}
+
+
 def published_kind(rng, sc: Scenario, r: int) -> dict[str, float]:
     """The published comparison (``published.verdict``): a published run drawn like a seed
     (read on the authors' 20-key grid, its bracket the probes about it): false "differs", and
@@ -306,6 +325,7 @@ KINDS = {
     "optimisation, stopping rule (paired)": lambda rng, sc, r: optimisation_kind(rng, sc, r,
                                                                                  "paired"),
     "tiers": tiers_kind,
+    "seeds until decided": sequential_kind,
     "published comparison": published_kind,
     "d_dot law": law_kind,
 }

@@ -10,10 +10,11 @@ Per size (``rankings.sizes``), in the loss view:
 - ``pairs``: the first tier's pairs, every one tested by the tier's own test (Tukey's HSD at
   ``tiers.ALPHA`` familywise) and none separated: "cannot be told apart" (n: the pairs), or "one
   configuration";
-- ``seeds``: over those pairs, the seeds per configuration that would decide each at the
-  spread its seeds show (``compare.seeds_needed``: Welch's test at ``compare.LEVEL``, a
-  sample-size estimate, stated as such): the median, and the fewest and most, over how many
-  pairs have one;
+- ``seeds``: over those pairs, the seeds per configuration at which the tier's own test would
+  separate each (``tiers.seeds_to_separate``: Tukey's HSD over the size's tested
+  configurations at ``tiers.ALPHA``, 80% power, the observed difference and pooled spread
+  taken as true: a sample-size estimate, stated as such): the median, and the fewest and most,
+  over how many pairs have one;
 - ``bounds``: the configurations whose loss-view result is a bound (never failed: holds more
   than the grid asked; failed everywhere), listed apart, not ranked;
 - ``untested``: the configurations with a point result that no test placed (``Placed.apart``:
@@ -31,7 +32,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis import compare
+from kernelzoo.analysis import tiers
 from kernelzoo.analysis.rankings import sizes
 from kernelzoo.analysis.tiers import Placed
 
@@ -54,7 +55,7 @@ def facts(capacity: pd.DataFrame, seeds: pd.DataFrame, placed: tuple[Placed, ...
                      "size": size, "kind": kind, "subject": subject, "estimate": estimate,
                      "low": low, "high": high, "n": n, "outcome": outcome})
 
-    for size in sizes(capacity):
+    for size, levels in sizes(capacity).items():
         mine = [p for p in placed if p.size == size]
         top = [p for p in mine if p.tier == 1]
         if not top:
@@ -65,11 +66,13 @@ def facts(capacity: pd.DataFrame, seeds: pd.DataFrame, placed: tuple[Placed, ...
         pairs = len(top) * (len(top) - 1) // 2
         fact(size, "pairs", "first tier", 0.0, n=pairs,
              outcome="one configuration" if pairs == 0 else "cannot be told apart")
+        _, tested, _ = tiers.samples(capacity, seeds, levels, VIEW)
+        spread = tiers.pooled(tested)
         needed = []
         for a, b in itertools.combinations([p.label for p in top], 2):
-            d = next(d for d in compare.compare(seeds, a, b) if d.view == VIEW)
-            if not d.why and d.verdict == "cannot tell":
-                needed.append(math.inf if d.seeds_needed is None else d.seeds_needed)
+            n = tiers.seeds_to_separate(tested[a].mean() - tested[b].mean(), spread,
+                                        len(tested))
+            needed.append(math.inf if n is None else n)
         if needed:
             known = [n for n in needed if math.isfinite(n)]
             fact(size, "seeds", "first tier", float(np.median(needed)),

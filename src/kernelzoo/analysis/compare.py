@@ -70,9 +70,15 @@ def seeds_needed(difference: float, sd_a: float, sd_b: float) -> int | None:
         t = stats.t.ppf(0.5 + LEVEL / 2, dof)
         found = stats.nct.sf(t, dof, nc) + stats.nct.cdf(-t, dof, nc)
         return found if np.isfinite(found) else 1.0  # scipy's nct: nan where nc is huge
+    return fewest_seeds(power)
+
+
+def fewest_seeds(power) -> int | None:
+    """The first n from 2 to MOST_SEEDS at which ``power(n)`` reaches DECIDE (power grows with
+    n: by bisection); None when MOST_SEEDS does not."""
     if power(MOST_SEEDS) < DECIDE:
         return None
-    low, high = 2, MOST_SEEDS  # power grows with n: the first n reaching DECIDE, by bisection
+    low, high = 2, MOST_SEEDS
     while low < high:
         mid = (low + high) // 2
         low, high = (low, mid) if power(mid) >= DECIDE else (mid + 1, high)

@@ -15,6 +15,7 @@ import pandas as pd
 from scipy import stats
 
 from kernelzoo.analysis.capacity import BOUNDS, POINTS, SUFFIX, VIEW_WORDS, VIEWS, by_view
+from kernelzoo.analysis.compare import fewest_seeds
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.rankings import limits, sizes
 
@@ -41,31 +42,89 @@ class Placed:
     apart: str = ""
 
 
-@functools.lru_cache(maxsize=256)
-def _critical(k: int, dof: int) -> float:
-    """The studentized range's upper ALPHA point for ``k`` means and ``dof`` degrees of
+@functools.lru_cache(maxsize=1024)
+def _critical(k: int, dof: int, alpha: float = ALPHA) -> float:
+    """The studentized range's upper ``alpha`` point for ``k`` means and ``dof`` degrees of
     freedom (the one slow step of HSD, kept for the next family of that shape)."""
-    return float(stats.studentized_range.ppf(1 - ALPHA, k, dof))
+    return float(stats.studentized_range.ppf(1 - alpha, k, dof))
 
 
-def _separated(samples: dict[str, np.ndarray]) -> dict[tuple[str, str], bool] | None:
-    """Which pairs of ``samples`` Tukey's HSD separates at ALPHA familywise (every pair at once,
-    the seeds' spread pooled; Tukey-Kramer for unequal seeds: the test of
-    ``scipy.stats.tukey_hsd``, its p below ALPHA exactly where the statistic passes the
+def _pooled(samples: dict[str, np.ndarray]) -> tuple[float, int]:
+    """The samples' spread pooled (the mean square within them) and its degrees of freedom."""
+    dof = int(sum(len(v) for v in samples.values()) - len(samples))
+    if dof < 1:
+        return math.nan, dof
+    return sum(float(((v - v.mean()) ** 2).sum()) for v in samples.values()) / dof, dof
+
+
+def separated(samples: dict[str, np.ndarray], alpha: float = ALPHA
+              ) -> dict[tuple[str, str], bool] | None:
+    """Which pairs of ``samples`` Tukey's HSD separates at ``alpha`` familywise (every pair at
+    once, the seeds' spread pooled; Tukey-Kramer for unequal seeds: the test of
+    ``scipy.stats.tukey_hsd``, its p below alpha exactly where the statistic passes the
     critical value); None where the pairs cannot be tested (no spread in any sample)."""
     labels = list(samples)
     if len(labels) < 2:
         return {}  # one configuration: no pair to test
     n = np.array([len(v) for v in samples.values()], float)
     means = np.array([v.mean() for v in samples.values()])
-    dof = int(n.sum() - len(n))
-    mse = sum(float(((v - v.mean()) ** 2).sum()) for v in samples.values()) / dof
+    mse, dof = _pooled(samples)
     if not mse > 0:
         return None
     se = np.sqrt(mse / 2 * (1 / n[:, None] + 1 / n[None, :]))
-    beyond = np.abs(means[:, None] - means[None, :]) / se > _critical(len(labels), dof)
+    beyond = np.abs(means[:, None] - means[None, :]) / se > _critical(len(labels), dof, alpha)
     return {(a, b): bool(beyond[i, j]) for i, a in enumerate(labels)
             for j, b in enumerate(labels) if i != j}
+
+
+def seeds_to_separate(difference: float, mse: float, k: int, alpha: float = ALPHA
+                      ) -> int | None:
+    """The fewest seeds n per configuration at which Tukey's HSD at ``alpha`` over ``k``
+    configurations (their spread pooled: ``mse``, k (n - 1) degrees of freedom) separates two
+    whose true difference is ``difference`` with probability ``compare.DECIDE``: the pair is
+    separated when |T| > q / sqrt(2), T noncentral t with noncentrality |difference| /
+    sqrt(2 mse / n) (exact for that pair); None when no n up to ``compare.MOST_SEEDS`` does, or nothing
+    spreads. A sample-size estimate: it takes the observed difference and spread as true."""
+    if difference == 0 or not mse > 0 or k < 2:
+        return None
+
+    def power(n: int) -> float:
+        dof = k * (n - 1)
+        c = _critical(k, dof, alpha) / math.sqrt(2)
+        nc = abs(difference) / math.sqrt(2 * mse / n)
+        found = stats.nct.sf(c, dof, nc) + stats.nct.cdf(-c, dof, nc)
+        return found if np.isfinite(found) else 1.0  # scipy's nct: nan where nc is huge
+    return fewest_seeds(power)
+
+
+def samples(capacity: pd.DataFrame, seeds: pd.DataFrame, levels, view: str,
+            long: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict, dict]:
+    """The configurations of one size (``levels``: its d_dot values) in one view, in efficiency
+    order, split into those HSD tests (label -> the seeds' failure point / d_dot) and those
+    apart (label -> why: "bound", "a seed is a bound", "one seed")."""
+    mine = capacity[capacity["predicted_capacity"].isin(levels)]
+    d_dot = mine.set_index("label")["predicted_capacity"].astype(float)
+    own = dict(tuple(seeds[seeds["label"].isin(mine["label"])].groupby("label")))
+    order = efficiency_order(mine, view, by_view(mine) if long is None else long)
+    s = SUFFIX[view]
+    apart, tested = {}, {}
+    for r in order.itertuples():
+        rows = own.get(r.label, seeds.iloc[:0])
+        rows = rows[rows[f"outcome{s}"] != "no_data"]
+        if r.outcome not in POINTS:
+            apart[r.label] = "bound"
+        elif not rows[f"outcome{s}"].isin(POINTS).all():
+            apart[r.label] = "a seed is a bound"
+        elif len(rows) < 2:
+            apart[r.label] = "one seed"
+        else:
+            tested[r.label] = rows[f"value{s}"].to_numpy(float) / d_dot[r.label]
+    return order, tested, apart
+
+
+def pooled(tested: dict[str, np.ndarray]) -> float:
+    """The tested configurations' spread pooled, as HSD pools it (NaN without one)."""
+    return _pooled(tested)[0]
 
 
 def tiers(capacity: pd.DataFrame, seeds: pd.DataFrame) -> list[Placed]:
@@ -73,28 +132,12 @@ def tiers(capacity: pd.DataFrame, seeds: pd.DataFrame) -> list[Placed]:
     ``seeds`` is ``capacity.seed_table``."""
     found = []
     for size, levels in sizes(capacity).items():
-        mine = capacity[capacity["predicted_capacity"].isin(levels)]
-        d_dot = mine.set_index("label")["predicted_capacity"].astype(float)
-        own = dict(tuple(seeds[seeds["label"].isin(mine["label"])].groupby("label")))
-        long = by_view(mine)
+        long = by_view(capacity[capacity["predicted_capacity"].isin(levels)])
         for view in VIEWS:
-            order = efficiency_order(mine, view, long)
-            s = SUFFIX[view]
-            apart, samples = {}, {}
-            for r in order.itertuples():
-                rows = own.get(r.label, seeds.iloc[:0])
-                rows = rows[rows[f"outcome{s}"] != "no_data"]
-                if r.outcome not in POINTS:
-                    apart[r.label] = "bound"
-                elif not rows[f"outcome{s}"].isin(POINTS).all():
-                    apart[r.label] = "a seed is a bound"
-                elif len(rows) < 2:
-                    apart[r.label] = "one seed"
-                else:
-                    samples[r.label] = rows[f"value{s}"].to_numpy(float) / d_dot[r.label]
-            separated = _separated(samples)
-            if separated is None:
-                apart.update({label: "no spread" for label in samples})
+            order, tested, apart = samples(capacity, seeds, levels, view, long)
+            split = separated(tested)
+            if split is None:
+                apart.update({label: "no spread" for label in tested})
             tier, members = 0, []
             for r in order.itertuples():
                 low, high = r.efficiency_low, r.efficiency_high
@@ -102,7 +145,7 @@ def tiers(capacity: pd.DataFrame, seeds: pd.DataFrame) -> list[Placed]:
                     found.append(Placed(r.label, size, view, None, r.ratio, low, high,
                                         r.outcome, apart[r.label]))
                     continue
-                if tier == 0 or any(separated[r.label, m] for m in members):
+                if tier == 0 or any(split[r.label, m] for m in members):
                     tier, members = tier + 1, []  # separated from some member: the next tier
                 members.append(r.label)
                 found.append(Placed(r.label, size, view, tier, r.ratio, low, high, r.outcome))

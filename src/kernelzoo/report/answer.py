@@ -22,10 +22,11 @@ def _seeds(r) -> str:
         return f"more than {MOST_SEEDS}" if not math.isfinite(value) else f"{value:.0f}"
     spread = f"{n(r.low)} to {n(r.high)}"
     if r.low == r.high:
-        return (f"the seeds that would decide it: {n(r.estimate)} per configuration (a "
-                "sample-size estimate at these seeds' spread)")
+        return (f"the seeds that would decide it: {n(r.estimate)} per configuration (by the "
+                "tier's own test at 80% power: a sample-size estimate at these seeds' spread)")
     return (f"the seeds that would decide them: {n(r.estimate)} per configuration (median; "
-            f"{spread}, a sample-size estimate at these seeds' spread)")
+            f"{spread}, by the tier's own test at 80% power: a sample-size estimate at these "
+            "seeds' spread)")
 
 
 def size_lines(facts: pd.DataFrame) -> list[str]:
