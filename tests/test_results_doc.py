@@ -94,7 +94,11 @@ def test_readmes_first_screen_is_the_answer_written_from_the_zoos_facts():
     assert block[0] in first and block[-1] in first and block[1] in first
     facts = pd.read_csv(ROOT / "results" / "reference" / "zoo" / "answer.csv")
     sizes = [line for line in first if line.startswith("- **d_dot ")]
-    assert [int(line.split()[2].rstrip("**:")) for line in sizes] == list(dict.fromkeys(facts["size"]))
+    assert [int(line.split()[2].rstrip("**:")) for line in sizes] == \
+        list(dict.fromkeys(facts["size"].dropna().astype(int)))
+    softmax = facts[facts["kind"] == "unsized"]  # the zoo's softmax: no d_dot, in keys
+    assert len(softmax) == 2 and any(line.startswith("- **No d_dot**") and all(
+        f"{s} " in line for s in softmax["subject"]) for line in first)
     best = facts[facts["kind"] == "holds"].iloc[0]
     assert f"{best['subject']} {best['estimate']:.2f} [{best['low']:.2f}, {best['high']:.2f}]" \
         in sizes[0]

@@ -19,7 +19,9 @@ Per size (``rankings.sizes``), in the loss view:
   than the grid asked; failed everywhere), listed apart, not ranked;
 - ``untested``: the configurations with a point result that no test placed (``Placed.apart``:
   a seed is a bound, one seed, no spread), listed apart with the reason;
-- ``rest``: the most efficient configuration below the first tier, and how many there are.
+- ``rest``: the most efficient configuration below the first tier, and how many there are;
+- ``unsized``: each configuration without a d_dot (softmax: its state grows with the keys), its
+  failure point in keys with its interval and outcome (a bound said as such), no size.
 
 Its rule is stated once, in docs/analysis.md ("The answer").
 """
@@ -50,8 +52,9 @@ def facts(capacity: pd.DataFrame, seeds: pd.DataFrame, placed: tuple[Placed, ...
 
     def fact(size, kind, subject, estimate=math.nan, low=math.nan, high=math.nan, n=0,
              outcome=""):
-        tag = subject if kind in ("holds", "bounds", "untested") else kind
-        rows.append({"id": f"answer.{size}.{kind}" + (f".{tag}" if tag != kind else ""),
+        tag = subject if kind in ("holds", "bounds", "untested", "unsized") else kind
+        where = "" if size is None else f"{size}."
+        rows.append({"id": f"answer.{where}{kind}" + (f".{tag}" if tag != kind else ""),
                      "size": size, "kind": kind, "subject": subject, "estimate": estimate,
                      "low": low, "high": high, "n": n, "outcome": outcome})
 
@@ -88,4 +91,12 @@ def facts(capacity: pd.DataFrame, seeds: pd.DataFrame, placed: tuple[Placed, ...
             best = below[0]
             fact(size, "rest", best.label, best.efficiency, best.low, best.high, len(below),
                  "the most efficient below the first tier")
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    if len(capacity):
+        unsized = capacity[capacity["predicted_capacity"].isna()
+                           & ~capacity["outcome"].isin(("no_data", "not_searched"))]
+        for r in unsized.itertuples():
+            fact(None, "unsized", r.label, r.observed_capacity, r.ci_low, r.ci_high,
+                 int(r.n_seeds), r.outcome)
+    out = pd.DataFrame(rows, columns=list(COLUMNS))
+    out["size"] = out["size"].astype("Int64")
+    return out

@@ -29,6 +29,16 @@ def _seeds(r) -> str:
             "seeds' spread)")
 
 
+def _unsized(r) -> str:
+    """A configuration without a d_dot: its failure point in keys, a bound said as one."""
+    seeds = plural(int(r.n), "seed")
+    if r.outcome == "never_fails":
+        return f"{r.subject} >= {r.estimate:.0f} (never failed up to the top probe; {seeds})"
+    if r.outcome == "fails_everywhere":
+        return f"{r.subject} <= {r.estimate:.0f} (failed at every probe; {seeds})"
+    return f"{r.subject} {r.estimate:.0f} [{r.low:.0f}, {r.high:.0f}] ({seeds})"
+
+
 def size_lines(facts: pd.DataFrame) -> list[str]:
     """One bullet per size: its first tier, how sure, what is apart and below."""
     lines = []
@@ -36,7 +46,7 @@ def size_lines(facts: pd.DataFrame) -> list[str]:
         kinds = {k: rows for k, rows in mine.groupby("kind", sort=False)}
         held = kinds["holds"]
         n = sorted(set(held["n"]))
-        text = (f"- **d_dot {size}**: " + ", ".join(_held(r) for r in held.itertuples())
+        text = (f"- **d_dot {size:.0f}**: " + ", ".join(_held(r) for r in held.itertuples())
                 + (f" ({plural(n[0], 'seed')} each)" if len(n) == 1
                    else f" ({n[0]} to {n[-1]} seeds)"))
         pairs = kinds["pairs"].iloc[0]
@@ -62,6 +72,10 @@ def size_lines(facts: pd.DataFrame) -> list[str]:
             text += (f". Below the first tier ({plural(int(r.n), 'configuration')}) the best "
                      f"is {_held(r)}")
         lines.append(text + ".")
+    unsized = facts[facts["kind"] == "unsized"]
+    if len(unsized):
+        lines.append("- **No d_dot** (its state grows with every key; failure point in keys): "
+                     + ", ".join(map(_unsized, unsized.itertuples())) + ".")
     return lines
 
 
