@@ -125,3 +125,28 @@ def test_each_stores_headlines_say_what_its_facts_hold():
                        & facts["estimate"].notna()].itertuples():
             assert f"{r.subject} b = {r.estimate:.2f} [{r.low:.2f}, {r.high:.2f}]" \
                 in lines[f"law.{r.view}"], (path, r.id)
+
+
+def test_a_failure_point_set_by_a_stall_is_counted_and_said_unchecked():
+    """Seed 1's first failing probe stalled and has no check, seed 2's stalled and was checked,
+    seed 3's did not stall, seed 4 never failed: 3 failure points, 2 set by stalls, 1 unchecked."""
+    from kernelzoo.analysis import stalls
+
+    runs = pd.DataFrame({"label": ["a"] * 4, "seed": [1, 2, 3, 4], "n_keys": [40, 42, 44, 64],
+                         "stalled": [True, True, False, False]})
+    seeds = pd.DataFrame({"label": ["a"] * 4, "seed": [1, 2, 3, 4],
+                          "first_failure": [40.0, 42.0, 44.0, math.nan]})
+    checked = pd.DataFrame({"label": ["a"], "seed": [2], "n_keys": [42]})
+    assert stalls.resting(runs, seeds, checked) == (3, 2, 1)
+
+
+def test_docs_quote_the_stores_stall_counts():
+    """docs/analysis.md's Stalls section quotes lr_robustness' failure points set by stalls: the
+    numbers are the store's headline's."""
+    docs = " ".join((ROOT / "docs" / "analysis.md").read_text().split())
+    quoted = re.search(r"lr_robustness: (\d+) of (\d+), none checked", docs).groups()
+    line = pd.read_csv(ROOT / "results" / "reference" / "lr_robustness" / "headlines.csv"
+                       ).set_index("id").loc["stalls", "evidence"]
+    found = re.search(r"(\d+) of (\d+) seeds' loss-view failure points are set by a stalled run, "
+                      r"(\d+) of them unchecked", line).groups()
+    assert quoted == found[:2] and found[0] == found[2]

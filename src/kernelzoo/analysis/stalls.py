@@ -134,6 +134,20 @@ def check_outcomes(runs: pd.DataFrame, checks: pd.DataFrame, threshold: float,
                          "final_eval_accuracy": found["final_eval_accuracy"].to_numpy()})
 
 
+def resting(runs: pd.DataFrame, seeds: pd.DataFrame, checked: pd.DataFrame
+            ) -> tuple[int, int, int]:
+    """Of the seeds' loss-view failure points (``seeds``: ``capacity.seed_table``), how many a
+    failure exists for, how many the run at the first failing n_keys sets while it stalled, and
+    how many of those no check has tested (``checked``: ``check_outcomes``)."""
+    failing = seeds[seeds["first_failure"].notna()]
+    at = runs.set_index(["label", "seed", "n_keys"])["stalled"]
+    at = at[~at.index.duplicated()]
+    keys = list(zip(failing["label"], failing["seed"], failing["first_failure"].astype(int)))
+    stalled = [k for k in keys if bool(at.get(k, False))]
+    tested = set(zip(checked["label"], checked["seed"], checked["n_keys"].astype(int)))
+    return len(keys), len(stalled), sum(k not in tested for k in stalled)
+
+
 def with_checks(runs: pd.DataFrame, checks: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with each stalled run that has a check replaced by its check's result (status,
     steps, final eval loss and accuracy): the series the verified failure points come from."""

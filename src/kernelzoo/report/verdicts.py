@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from kernelzoo.analysis import (between_sizes, factorial, optimisation, published, rankings,
-                                scaling, update_rules)
+                                scaling, stalls, update_rules)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
 from kernelzoo.analysis.labels import bound, cell, rho_words
 from kernelzoo.analysis.pipeline import Analysis
@@ -213,17 +213,23 @@ def factorial_verdict(a: Analysis) -> list[Line]:
 
 
 def stall_verdict(a: Analysis) -> list[Line]:
-    """How many runs stalled, were checked and cleared: the headline counts each as it ended."""
+    """How many runs stalled, were checked and cleared, and how many seeds' loss-view failure
+    points a stalled run sets that no check tested (``stalls.resting``): those verdicts rest on
+    unchecked stalls. The headline counts each run as it ended."""
     stalled = int(a.runs["stalled"].sum())
     if not stalled:
         return []
     found = a.checked if len(a.checked) else None
     failed = int(found["fails_loss"].sum()) if found is not None else 0
     cleared = int(found["clears_loss"].sum()) if found is not None else 0
+    points, set_by, unchecked = stalls.resting(a.runs, a.seeds, a.checked)
     return [("stalls", f"- **Stalls** (a few keys never learned under capacity): {stalled} of "
-            f"{len(a.runs)} runs stalled; {len(a.checked)} checked, of which {failed} failed the "
-            f"loss view and {cleared} of those were cleared; the table counts each run as it "
-            "ended.")]
+             f"{len(a.runs)} runs stalled; {len(a.checked)} checked, of which {failed} failed the "
+             f"loss view and {cleared} of those were cleared; the table counts each run as it "
+             f"ended. {set_by} of {points} seeds' loss-view failure points are set by a stalled "
+             "run" + (f", {unchecked} of them unchecked: the verdicts on those configurations "
+                      "rest on stalls no check has tested (`stall_check=true`)" if unchecked
+                      else ", each checked" if set_by else "") + ".")]
 
 
 def headlines(a: Analysis) -> pd.DataFrame:
