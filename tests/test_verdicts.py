@@ -125,6 +125,22 @@ def test_each_stores_headlines_say_what_its_facts_hold():
                        & facts["estimate"].notna()].itertuples():
             assert f"{r.subject} b = {r.estimate:.2f} [{r.low:.2f}, {r.high:.2f}]" \
                 in lines[f"law.{r.view}"], (path, r.id)
+        first = facts[(facts["kind"] == "tiers") & (facts["outcome"] == "tier 1")]
+        for (view, size), rows in first.groupby(["view", "size"]):
+            line = lines.get(f"first_tier.{view}", "")
+            at = line.partition(f"at d_dot {size} (")[2].partition(" | ")[0]
+            if at:  # a size of fewer than 3 configurations has no first-tier line
+                named = [s for s in rows["subject"] if f"{s} " in at]
+                assert len(named) == len(rows), (path, view, size)
+        moves = facts[facts["kind"] == "optimisation"]
+        words = {"loss": "loss", "accuracy": "accuracy", "keys_retrieved": "keys retrieved"}
+        for key in ("lr", "trainer.patience"):  # the settings' facts end with their key
+            mine = moves[moves["id"].str.endswith("." + key)]
+            for view, rows in mine.groupby("view"):
+                line = lines[f"optimisation.{key}"]
+                part = line.partition(f"{words[view]}: ")[2].partition(";")[0]
+                for verdict, n in rows["outcome"].value_counts().items():
+                    assert f"{verdict} {n}" in part, (path, key, view, verdict)
 
 
 def test_a_failure_point_set_by_a_stall_is_counted_and_said_unchecked():
