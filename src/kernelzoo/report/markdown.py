@@ -28,7 +28,7 @@ from kernelzoo.report.scaling import scaling_section
 from kernelzoo.report.sections import (SHOWN, prediction_section, rank_bound_section, rank_changes,
                                        stall_section)
 from kernelzoo.report.studies import factorial_section, optimisation_section, update_rule_section
-from kernelzoo.report.verdicts import headlines, verdict_lines
+from kernelzoo.report.verdicts import verdict_lines
 from kernelzoo.config.words import plural
 
 RULES = Path(__file__).resolve().parents[3] / "docs" / "analysis.md"
@@ -182,12 +182,14 @@ def missing_lines(a: Analysis) -> list[str]:
     return lines + [""]
 
 
-def write_report(a: Analysis, figures: list[Path], omitted: list[str]) -> Path:
-    """report.md of ``a``; ``figures`` and ``omitted``: ``figures.all_figures``."""
+def write_report(a: Analysis, heads: pd.DataFrame, figures: list[Path], omitted: list[str]
+                 ) -> Path:
+    """report.md of ``a``; ``heads``: its headlines (``verdicts.headlines``); ``figures`` and
+    ``omitted``: ``figures.all_figures``."""
     runs, capacity = a.runs, a.capacity
     lines = [f"# Capacity analysis: `{a.experiment}`", "", protocol_line(runs), "", what_ran(a),
              "", *answer_lines(a.answer), "## Capacity", "",
-             *capacity_lines(a), "", "## Verdicts", "", *verdict_lines(headlines(a)), "",
+             *capacity_lines(a), "", "## Verdicts", "", *verdict_lines(heads), "",
              "The sections below are the detail behind the table and the verdicts.", "",
              "## What was run", ""]
     status = ", ".join(f"{k} {v}" for k, v in runs["status"].value_counts().items())

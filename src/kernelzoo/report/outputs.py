@@ -27,16 +27,16 @@ def _csv(path: Path, frame: pd.DataFrame) -> None:
     atomic_write_text(path, frame.to_csv(index=False))
 
 
-def write_tables(a: Analysis) -> None:
-    """runs.parquet (the runs and the stall checks) and the CSV tables; probes.csv and
-    stalls.csv only where there are probes or stalled runs."""
+def write_tables(a: Analysis, lines: pd.DataFrame) -> None:
+    """runs.parquet (the runs and the stall checks) and the CSV tables (``lines``: the
+    headlines); probes.csv and stalls.csv only where there are probes or stalled runs."""
     atomic_write(a.exp_dir / "runs.parquet",
                  lambda f: pd.concat([a.runs, a.checks]).to_parquet(f, index=False))
     _csv(a.exp_dir / "capacity.csv", a.capacity)
     _csv(a.exp_dir / "capacity_long.csv", a.long)
     _csv(a.exp_dir / "scaling.csv", scaling.table(list(a.families)))
     _csv(a.exp_dir / "verdicts.csv", a.verdicts)
-    _csv(a.exp_dir / "headlines.csv", headlines(a))
+    _csv(a.exp_dir / "headlines.csv", lines)
     if len(a.answer):
         _csv(a.exp_dir / "answer.csv", a.answer)
     if not a.effects.empty:
@@ -61,7 +61,8 @@ def write(a: Analysis, figures: bool = True) -> tuple[Path, list[Path]]:
     atomic_write_text(marker, f"an analysis begun at {time.strftime('%Y-%m-%d %H:%M:%S')} did "
                       "not finish: the tables and figures here may be newer than report.md; "
                       "`make plots` (python -m kernelzoo.analyze) writes them all again\n")
-    write_tables(a)
+    lines = headlines(a)
+    write_tables(a, lines)
     if figures:
         drawn, omitted = all_figures(a.runs, a.seeds, a.capacity, a.published, a.curves,
                                      list(a.families), a.exp_dir, a.threshold,
@@ -69,6 +70,6 @@ def write(a: Analysis, figures: bool = True) -> tuple[Path, list[Path]]:
     else:
         drawn, omitted = [], ["figures: not drawn (analysed with figures=false); any figure "
                               "beside this report is an earlier analysis'"]
-    report = write_report(a, drawn, omitted)
+    report = write_report(a, lines, drawn, omitted)
     marker.unlink()
     return report, drawn
