@@ -35,7 +35,6 @@ from kernelzoo.report.verdicts import COLUMNS as HEADLINE_COLUMNS, verdict_lines
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
            "favor_diagnosis", "lr_robustness", "lr_patience")
-REPEATS = {"lr_patience": "lr_robustness"}  # a store whose runs repeat another's: pooled once
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 # README's first screen: the answer of the store that compares the most maps (its answer.csv)
 ANSWER, ANSWERED = "<!-- answer:start -->", "<!-- answer:end -->"
@@ -43,9 +42,9 @@ ANSWER_STORE = "zoo"
 # the headlines of each study that README's table shows (headlines.csv's ``id``: the id itself
 # or its first part, "law" for "law.loss")
 HEADLINES = {"quick": ("n_le_d_dot",), "figure2": ("published",), "figure2_search": ("published",),
-             "figure3": ("update_rules",), "dot_scaling": ("law",),
+             "figure3": ("update_rules",), "dot_scaling": ("law.loss",),
              "zoo": ("between_sizes",),  # its loss-view tiers: the answer
-             "favor_diagnosis": ("factorial", "law"),
+             "favor_diagnosis": ("factorial", "law.loss"),
              "lr_robustness": ("optimisation",), "lr_patience": ("optimisation",)}
 # the figures README shows: (store, figure, what it shows)
 FIGURES = (("zoo", "headline", "the zoo: failure point against d_dot per family, both sizes, "
