@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -336,29 +338,39 @@ def bound(rate: str) -> tuple[str, float]:
     return (">=", COVERAGE) if rate == "coverage" else ("<=", FALSE)
 
 
-def calibrate(runs: int, scenarios: list[Scenario] | None, kinds=None, seed: int = 20261207
-              ) -> pd.DataFrame:
+def _kind_rows(name: str, runs: int, scenarios: list[Scenario] | None, seed: int) -> list[dict]:
+    """``calibrate``'s rows of one kind: its own generator from ``seed``, so a kind's rows are
+    the same whether it runs alone, after others or in a process of its own."""
+    rng = np.random.default_rng(seed)
+    mine = covered(name) if scenarios is None else scenarios
+    measured = {sc: KINDS[name](rng, sc, runs) for sc in mine}
+    rows = []
+    for rate in next(iter(measured.values())):
+        op, b = bound(rate)
+        slack = allowance(b if op == "<=" else 1 - b, runs) if runs < FULL_RUNS else 0.0
+        values = {sc: m[rate] for sc, m in measured.items()}
+        worst = (max if op == "<=" else min)(values, key=values.get)
+        value = values[worst]
+        met = value <= b + slack if op == "<=" else value >= b - slack
+        rows.append({"kind": name, "rate": rate, "worst": value, "bound": f"{op} {b:g}",
+                     "allowance": slack, "met": met, "scenario": str(worst),
+                     "runs": runs, "scenarios": len(mine)})
+    return rows
+
+
+def calibrate(runs: int, scenarios: list[Scenario] | None, kinds=None, seed: int = 20261207,
+              jobs: int = 1) -> pd.DataFrame:
     """One row per (kind, rate): the worst scenario, its value, the bound, the allowance (quick
     runs below FULL_RUNS) and whether the kind met it in every scenario (``scenarios``; None:
-    each kind's ``covered``)."""
-    rows = []
-    for name, kind in KINDS.items():
-        if kinds and name not in kinds:
-            continue
-        rng = np.random.default_rng(seed)
-        mine = covered(name) if scenarios is None else scenarios
-        measured = {sc: kind(rng, sc, runs) for sc in mine}
-        for rate in next(iter(measured.values())):
-            op, b = bound(rate)
-            slack = allowance(b if op == "<=" else 1 - b, runs) if runs < FULL_RUNS else 0.0
-            values = {sc: m[rate] for sc, m in measured.items()}
-            worst = (max if op == "<=" else min)(values, key=values.get)
-            value = values[worst]
-            met = value <= b + slack if op == "<=" else value >= b - slack
-            rows.append({"kind": name, "rate": rate, "worst": value, "bound": f"{op} {b:g}",
-                         "allowance": slack, "met": met, "scenario": str(worst),
-                         "runs": runs, "scenarios": len(mine)})
-    return pd.DataFrame(rows)
+    each kind's ``covered``); ``jobs`` processes, one kind each at a time."""
+    names = [name for name in KINDS if not kinds or name in kinds]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            found = pool.map(_kind_rows, names, [runs] * len(names),
+                             [scenarios] * len(names), [seed] * len(names))
+            return pd.DataFrame([row for rows in found for row in rows])
+    return pd.DataFrame([row for name in names for row in _kind_rows(name, runs, scenarios,
+                                                                     seed)])
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -380,11 +392,14 @@ def main(argv=None) -> int:
     parser.add_argument("--reading", choices=("bisect", "grid"),
                         help="the scenarios of one reading only")
     parser.add_argument("--out", type=Path, default=Path("results") / "calibration")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                        help="processes, one kind each at a time (default: one per core)")
     args = parser.parse_args(argv)
     scenarios = None if not (args.quick or args.unbounded or args.reading) else [
         sc for sc in (QUICK if args.quick else SCENARIOS)
         if not (args.unbounded and sc.bounded) and args.reading in (None, sc.reading)]
-    table = calibrate(args.runs, scenarios, args.kinds.split(";") if args.kinds else None)
+    table = calibrate(args.runs, scenarios, args.kinds.split(";") if args.kinds else None,
+                      jobs=args.jobs)
     text = markdown(table)
     print(text, end="")
     if not args.quick:
