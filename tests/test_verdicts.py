@@ -166,3 +166,18 @@ def test_docs_quote_the_stores_stall_counts():
     found = re.search(r"(\d+) of (\d+) seeds' loss-view failure points are set by a stalled run, "
                       r"(\d+) of them unchecked", line).groups()
     assert quoted == found[:2] and found[0] == found[2]
+
+
+def test_docs_quote_make_compares_zoo_pair_as_the_store_gives_it():
+    """docs/analysis.md ("The answer") quotes Welch's difference of ReLU² d_key=64 and Hedgehog
+    d_key=32 in the zoo's loss view: recomputed from the zoo's runs.parquet."""
+    from kernelzoo.analysis import compare
+    from kernelzoo.analysis.capacity import seed_table
+
+    runs = pd.read_parquet(ROOT / "results" / "reference" / "zoo" / "runs.parquet")
+    seeds = seed_table(runs[runs["stall_check_of"].isna()], 0.01, 0.99)
+    d = next(d for d in compare.compare(seeds, "ReLU² d_key=64", "Hedgehog d_key=32")
+             if d.view == "loss")
+    docs = " ".join((ROOT / "docs" / "analysis.md").read_text().split())
+    assert d.verdict == "A holds more"
+    assert f"(+{d.difference:.3g} keys [{d.low:.3g}, {d.high:.3g}])" in docs
