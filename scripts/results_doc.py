@@ -28,24 +28,26 @@ from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.labels import cell
 from kernelzoo.records.files import StoreError, atomic_write_text, read_bytes, read_text
 from kernelzoo.records.history import read_sweep
-from kernelzoo.report.answer import size_lines
+from kernelzoo.report.answer import protocol_line, size_lines
 from kernelzoo.report.markdown import observed
 from kernelzoo.report.verdicts import COLUMNS as HEADLINE_COLUMNS, verdict_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ("quick", "figure2", "figure2_search", "figure3", "dot_scaling", "zoo",
-           "favor_diagnosis", "lr_robustness", "lr_patience")
+           "favor_diagnosis", "lr_robustness", "lr_patience", "stopping_rule")
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 # README's first screen: the answer of the store that compares the most maps (its answer.csv)
 ANSWER, ANSWERED = "<!-- answer:start -->", "<!-- answer:end -->"
 ANSWER_STORE = "zoo"
+PROTOCOL_STORE = "stopping_rule"  # what the published stopping rule sets (README's first screen)
 # the headlines of each study that README's table shows (headlines.csv's ``id``: the id itself
 # or its first part, "law" for "law.loss")
 HEADLINES = {"quick": ("n_le_d_dot",), "figure2": ("published",), "figure2_search": ("published",),
              "figure3": ("update_rules",), "dot_scaling": ("law.loss",),
              "zoo": ("between_sizes",),  # its loss-view tiers: the answer
              "favor_diagnosis": ("factorial", "law.loss"),
-             "lr_robustness": ("optimisation",), "lr_patience": ("optimisation",)}
+             "lr_robustness": ("optimisation",), "lr_patience": ("optimisation",),
+             "stopping_rule": ("optimisation",)}
 # the figures README shows: (store, figure, what it shows)
 FIGURES = (("zoo", "headline", "the zoo: failure point against d_dot per family, both sizes, "
                                "each view a panel"),
@@ -223,10 +225,13 @@ def answer(root: Path = ROOT) -> list[str]:
     store = store_of(root, ANSWER_STORE)
     facts = _csv(store / "answer.csv")
     configurations = len(_csv(store / "capacity.csv"))
+    protocol = store_of(root, PROTOCOL_STORE)
+    caveat = protocol_line(_csv(protocol / "verdicts.csv"), _csv(protocol / "capacity.csv"),
+                           PROTOCOL_STORE) if (protocol / "verdicts.csv").exists() else []
     return [ANSWER, f"**Which map, how much, how sure** (`{ANSWER_STORE}`: "
             f"{configurations} configurations of the maps under the published protocol, "
             f"`results/reference/{ANSWER_STORE}/report.md`; loss view, n* / d_dot, median over "
-            "seeds [interval]):", "", *size_lines(facts), ANSWERED]
+            "seeds [interval]):", "", *size_lines(facts), *caveat, ANSWERED]
 
 
 def _between(text: str, start: str, end: str, block: list[str]) -> str:

@@ -100,11 +100,22 @@ def main(argv=None) -> int:
     print(f"runs trained twice: {len(same)}, final eval loss the same to the bit: "
           f"{int(same['same_final'].sum())}; curves that differ before either ends: "
           f"{int(same['first_difference'].notna().sum())}")
-    moved = found["difference"].abs() > 0
-    print(f"seeds searched twice: {len(found)}, failure point moved: {int(moved.sum())}; "
-          f"difference sd {found['difference'].std(ddof=1):.3g} keys, largest "
-          f"{found['difference'].abs().max():.3g}")
+    print(summary(found))
     return 0
+
+
+def summary(found: pd.DataFrame) -> str:
+    """The seeds searched twice: how many moved, the spread of the moves, and beside it the
+    spread of the seeds within a configuration (pooled over configurations, first training)."""
+    moved = found["difference"].abs() > 0
+    by = found.groupby("label")["value_first"]
+    pooled = float(np.sqrt(((found["value_first"] - by.transform("mean")) ** 2).sum()
+                           / (len(found) - by.ngroups)))
+    return (f"seeds searched twice: {len(found)}, failure point moved: {int(moved.sum())}; "
+            f"difference sd {found['difference'].std(ddof=1):.3g} keys (one training's float "
+            f"noise: sd / sqrt 2 = {found['difference'].std(ddof=1) / np.sqrt(2):.3g}), largest "
+            f"{found['difference'].abs().max():.3g}; the seeds within a configuration spread by "
+            f"{pooled:.3g} keys (pooled sd)")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def test_the_long_table_maps_one_to_one_onto_the_wide_one(path):
 
 
 def test_every_committed_store_has_its_long_table():
-    assert len(STORES) == 9
+    assert len(STORES) == 10
 
 
 def test_a_view_is_one_constant_its_wide_columns_follow_from_it():

@@ -96,6 +96,12 @@ def test_readmes_first_screen_is_the_answer_written_from_the_zoos_facts():
     sizes = [line for line in first if line.startswith("- **d_dot ")]
     assert [int(line.split()[2].rstrip("**:")) for line in sizes] == \
         list(dict.fromkeys(facts["size"].dropna().astype(int)))
+    rule = pd.read_csv(ROOT / "results" / "reference" / "stopping_rule" / "verdicts.csv")
+    beyond = rule[(rule["kind"] == "optimisation") & (rule["view"] == "loss")
+                  & (rule["outcome"] == "rises beyond the margin")].iloc[0]
+    line = next(line for line in first if line.startswith("- **Under the published stopping"))
+    assert (f"{beyond['subject']} " in line and f"(+{beyond['estimate']:.3g} keys "
+            f"[{beyond['low']:.3g}, {beyond['high']:.3g}], rises beyond the margin)" in line)
     softmax = facts[facts["kind"] == "unsized"]  # the zoo's softmax: no d_dot, in keys
     assert len(softmax) == 2 and any(line.startswith("- **No d_dot**") and all(
         f"{s} " in line for s in softmax["subject"]) for line in first)

@@ -29,7 +29,7 @@ def test_the_looks_planned_share_the_level():
 
 def test_the_first_tier_is_the_tiers_first_tier():
     rng = np.random.default_rng(3)
-    for _ in range(50):
+    for _ in range(20):
         samples = {f"c{i}": rng.normal(0.8 + 0.05 * rng.integers(0, 3), 0.05, 4)
                    for i in range(5)}
         order = sorted(samples, key=lambda k: -samples[k].mean())

@@ -119,7 +119,7 @@ def test_the_tiers_hsd_is_scipys_tukey_hsd():
     """On random families (2 to 8 configurations of 2 to 5 seeds), a pair is separated exactly
     where scipy's ``tukey_hsd`` gives p below ALPHA."""
     rng = np.random.default_rng(7)
-    for _ in range(30):
+    for _ in range(12):  # scipy's p-values are the slow part: ~0.2 s a family
         k = int(rng.integers(2, 9))
         samples = {f"c{i}": rng.normal(rng.normal(0, 1.5), 1.0, int(rng.integers(2, 6)))
                    for i in range(k)}
@@ -134,7 +134,7 @@ def test_the_tiers_hsd_is_scipys_tukey_hsd():
 def test_the_seeds_to_separate_a_pair_are_the_tiers_own_power_solved_for_n():
     """Four configurations, one 0.12 above the others, seeds spread by 0.06 (failure point /
     d_dot): HSD separates the pair with 80% power first at n = 8 seeds each, checked against
-    the test itself on 4000 simulated families at n and n - 1 (80.3% and 74.4% at 2000)."""
+    the test itself on 2000 simulated families at n and n - 1 (80.3% and 74.4%)."""
     k, sd, d = 4, 0.06, 0.12
     n = tiers.seeds_to_separate(d, sd ** 2, k)
     assert n == 8
@@ -142,11 +142,11 @@ def test_the_seeds_to_separate_a_pair_are_the_tiers_own_power_solved_for_n():
 
     def rate(m: int) -> float:
         hits = 0
-        for _ in range(4000):
+        for _ in range(2000):
             found = tiers.separated({f"c{i}": rng.normal(d if i == 0 else 0.0, sd, m)
                                       for i in range(k)})
             hits += found["c0", "c1"]
-        return hits / 4000
+        return hits / 2000
     assert 0.78 <= rate(n) and rate(n - 1) < 0.78
     assert tiers.seeds_to_separate(0.0, sd ** 2, k) is None
     assert tiers.seeds_to_separate(d, 0.0, k) is None

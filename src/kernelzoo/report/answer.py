@@ -79,6 +79,32 @@ def size_lines(facts: pd.DataFrame) -> list[str]:
     return lines
 
 
+def protocol_line(facts: pd.DataFrame, capacity: pd.DataFrame, store: str) -> list[str]:
+    """What the published stopping rule sets, from a store that trained configurations under
+    it and under a longer patience (``store``: its verdicts.csv ``facts`` and capacity.csv): per
+    configuration, its loss-view n* / d_dot at each patience and the paired test's verdict
+    (optimisation facts); [] without such facts."""
+    moves = facts[(facts["kind"] == "optimisation") & (facts["view"] == "loss")
+                  & facts["id"].str.endswith(".trainer.patience")]
+    if moves.empty:
+        return []
+    ratio = capacity.set_index("label")["ratio"]
+
+    def at(label: str, patience: int) -> str:
+        return f"{ratio.get(f'{label} trainer.patience={patience}', float('nan')):.2f}"
+    rises = [f"{r.subject} {at(r.subject, 10)} -> {at(r.subject, 30)} (+{r.estimate:.3g} keys "
+             f"[{r.low:.3g}, {r.high:.3g}], {r.outcome})"
+             for r in moves[moves["outcome"].str.startswith("rises")].itertuples()]
+    rest = {word: [r.subject for r in rows.itertuples()]
+            for word, rows in moves[~moves["outcome"].str.startswith("rises")].groupby(
+                "outcome", sort=False)}
+    return [f"- **Under the published stopping rule** (patience 10; `{store}` trains these "
+            "configurations under patience 10 and 30, each seed paired, loss view n* / d_dot): "
+            "patience 30 "
+            + ("raises " + "; ".join(rises) if rises else "raises none")
+            + "".join(f"; {word}: {', '.join(labels)}" for word, labels in rest.items()) + "."]
+
+
 def answer_lines(facts: pd.DataFrame) -> list[str]:
     """report.md's "Answer" section ([] without a first tier at any size)."""
     if facts.empty:
