@@ -15,8 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import results_doc  # noqa: E402  (the repository's tooling, not the package)
-KEPT = ("capacity.csv", "headlines.csv", "answer.csv", "runs.parquet", "sweep.json",
-        "headline.png", "capacity_scaling.png")
+KEPT = ("capacity.csv", "headlines.csv", "answer.csv", "verdicts.csv", "runs.parquet",
+        "sweep.json", "headline.png", "capacity_scaling.png")
 
 
 def test_the_committed_results_match_their_stores(capsys):
