@@ -3,6 +3,7 @@ report's section: report/rankings.py), on constructed capacity tables."""
 
 import pandas as pd
 
+from kernelzoo.analysis import between_sizes
 from kernelzoo.report.rankings import between_sizes_section
 from test_rankings import row
 
@@ -18,14 +19,19 @@ def two_sizes(extra=()):
     return table, {label: label.rstrip("0123456789") for label in table["label"]}
 
 
+def section(table, family) -> list[str]:
+    """The report's section of ``table``'s pairs of sizes (``between_sizes.pairs``)."""
+    return between_sizes_section(between_sizes.pairs(table, family))
+
+
 def lines_of(table, family):
-    return {line.split(" |")[0][2:]: line for line in between_sizes_section(table, family)
+    return {line.split(" |")[0][2:]: line for line in section(table, family)
             if line.startswith("| ") and not line.startswith("| family")}
 
 
 def test_a_family_moved_by_its_own_change_and_one_moved_by_others():
     table, family = two_sizes()
-    lines = between_sizes_section(table, family)
+    lines = section(table, family)
     assert lines[0] == "### Between sizes: d_dot 64 and 128"
     assert "- accuracy: Spearman rho = -0.37 over 6 families." in lines
     got = lines_of(table, family)
@@ -57,9 +63,9 @@ def test_a_lower_bound_counts_as_the_half_line_it_allows():
 
 def test_too_few_families_or_one_size_give_nothing():
     table, family = two_sizes()
-    assert between_sizes_section(table[~table["label"].str[0].isin(["B", "C"])], family) == []
-    assert between_sizes_section(table[table["predicted_capacity"] == 64], family) == []
-    assert between_sizes_section(table, {}) == []
+    assert section(table[~table["label"].str[0].isin(["B", "C"])], family) == []
+    assert section(table[table["predicted_capacity"] == 64], family) == []
+    assert section(table, {}) == []
 
 
 def test_a_fall_without_a_measured_cause_cites_the_arm_under_another_setting():

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis import (answer, dynamics, factorial, optimisation, prediction, published,
-                                rank_bound, scaling, settings, stalls, verdicts)
+from kernelzoo.analysis import (answer, between_sizes, dynamics, factorial, optimisation,
+                                prediction, published, rank_bound, scaling, settings, stalls,
+                                verdicts)
 from kernelzoo.analysis.capacity import by_view, capacity_table, loss_failure, seed_table
 from kernelzoo.analysis.flags import flags
 from kernelzoo.analysis.labels import is_search, natural_key
@@ -39,7 +40,8 @@ class Analysis:
     (capacity.csv); long: one row per configuration and view with its flags
     (``capacity.by_view``, capacity_long.csv); checked: ``stalls.check_outcomes``; published:
     the authors' points of the matching configurations; families: ``scaling.families``; moves:
-    ``optimisation.tables``; effects: ``factorial.table``; placed: ``tiers.tiers``; answer:
+    ``optimisation.tables``; effects: ``factorial.table``; placed: ``tiers.tiers``; size_pairs:
+    ``between_sizes.pairs``; answer:
     ``answer.facts``; verdicts: ``verdicts.facts`` (verdicts.csv);
     curves: the eval curves of the runs around each failure point; history: sweep.json (None
     without one); stall_lines: one line per stalled run; holes: a grid's missing points (None
@@ -60,6 +62,7 @@ class Analysis:
     moves: tuple = ()
     effects: pd.DataFrame = field(default_factory=pd.DataFrame)
     placed: tuple = ()
+    size_pairs: tuple = ()
     answer: pd.DataFrame = field(default_factory=pd.DataFrame)
     verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -250,14 +253,16 @@ def analyse(exp_dir: Path, experiment: str, threshold: float, accuracy_threshold
     families = tuple(scaling.families(runs, seeds))
     moves = optimisation.tables(seeds, capacity, grid=grid)
     effects = factorial.table(capacity, seeds)
+    family = {label: f.name for f in families for label in f.points["label"].unique()}
+    size_pairs = tuple(between_sizes.pairs(capacity, family))
     return Analysis(
         runs=runs, checks=checks, seeds=seeds, capacity=capacity, checked=checked,
         long=by_view(capacity.assign(flags=flags(capacity, seeds, runs, threshold,
                                                      accuracy_threshold))),
         published=points, families=families, moves=moves, effects=effects, placed=placed,
-        answer=answer.facts(capacity, seeds, placed),
-        verdicts=verdicts.facts(capacity, seeds, families, placed, moves, effects, checked,
-                                grid),
+        size_pairs=size_pairs, answer=answer.facts(capacity, seeds, placed),
+        verdicts=verdicts.facts(capacity, seeds, families, placed, size_pairs, moves, effects,
+                                checked, grid),
         curves=around, history=history,
         stall_lines=tuple(lines), holes=tuple(grid_holes(runs)) if grid else None,
         damaged=tuple(damaged + unreadable), **base)

@@ -22,7 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis import between_sizes, factorial, optimisation, published, scaling
+from kernelzoo.analysis import factorial, optimisation, published, scaling
 from kernelzoo.analysis.capacity import VIEWS
 from kernelzoo.analysis.tiers import ALPHA as TIERS_ALPHA, Placed
 
@@ -131,13 +131,12 @@ def tiers(placed: tuple[Placed, ...], n_seeds: pd.Series) -> list[dict]:
             for p in placed]
 
 
-def sizes(capacity: pd.DataFrame, families) -> list[dict]:
+def sizes(size_pairs) -> list[dict]:
     """Per pair of neighbouring sizes (``between_sizes.pairs``): each view's Spearman rho of the
     families' ranks (``.rho``), and each family its own efficiency change moved
     (``moved: <view> <falls|rises>``)."""
-    family = {label: f.name for f in families for label in f.points["label"].unique()}
     out = []
-    for p in between_sizes.pairs(capacity, family):
+    for p in size_pairs:
         pair = f"{p.small}-{p.large}"
         for view, (rho, n) in p.rho.items():
             out.append(_fact("between sizes", pair, view, estimate=rho, n=n,
@@ -188,7 +187,7 @@ def clearances(checked: pd.DataFrame) -> list[dict]:
                   else "passed before its check") for r in checked.itertuples()]
 
 
-def facts(capacity: pd.DataFrame, seeds: pd.DataFrame, families, placed, tables,
+def facts(capacity: pd.DataFrame, seeds: pd.DataFrame, families, placed, size_pairs, tables,
           effect_table: pd.DataFrame, checked: pd.DataFrame, grid: bool) -> pd.DataFrame:
     """verdicts.csv: every kind's facts (module docstring), in KINDS order; ``grid``: the
     failure points are read on a grid's probes (not a search's)."""
@@ -196,7 +195,7 @@ def facts(capacity: pd.DataFrame, seeds: pd.DataFrame, families, placed, tables,
         return pd.DataFrame(columns=list(COLUMNS))
     n_seeds = capacity.set_index("label")["n_seeds"]
     rows = (paper_bound(capacity) + published_comparison(capacity, seeds) + law(families, grid)
-            + tiers(placed, n_seeds) + sizes(capacity, families) + moves(tables)
+            + tiers(placed, n_seeds) + sizes(size_pairs) + moves(tables)
             + (effects(effect_table) if len(effect_table) else [])
             + clearances(checked))
     out = pd.DataFrame(rows, columns=list(COLUMNS))

@@ -214,10 +214,9 @@ def write_report(a: Analysis, heads: pd.DataFrame, figures: list[Path], omitted:
         lines += ["", REFERENCE_NOTE]
     if has_published(capacity):
         lines += ["", PUBLISHED_NOTE]
-    family = {label: f.name for f in a.families for label in f.points["label"].unique()}
     flag_rows = tiers.flags(capacity, runs, a.threshold, a.accuracy_threshold)
     lines += ["", *efficiency_section(capacity), *tier_section(capacity, a.placed, flag_rows, level=3),
-              *between_sizes_section(capacity, family), *update_rule_section(capacity, runs),
+              *between_sizes_section(a.size_pairs), *update_rule_section(capacity, runs),
               *optimisation_section(a.moves, runs),
               *scaling_section(list(a.families)), *rank_bound_section(capacity, runs),
               *rank_changes(runs), *prediction_section(runs, capacity),

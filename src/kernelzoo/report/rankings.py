@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kernelzoo.analysis import between_sizes
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS, by_view
 from kernelzoo.analysis.efficiency import efficiency_order
 from kernelzoo.analysis.labels import bound, cell, natural_key, rho_words
@@ -121,12 +120,11 @@ def _rank_cell(ranked: tuple[int, int] | None) -> str:
     return f"**{small} -> {large}**" if abs(small - large) >= GAP else f"{small} -> {large}"
 
 
-def between_sizes_section(capacity: pd.DataFrame, family: dict[str, str],
-                          level: int = 2) -> list[str]:
-    """The rankings between sizes (``between_sizes.pairs``) as markdown headed at ``level`` + 1;
-    ``family``: configuration label -> its family's name."""
+def between_sizes_section(size_pairs, level: int = 2) -> list[str]:
+    """The rankings between sizes (``size_pairs``: ``between_sizes.pairs``) as markdown headed
+    at ``level`` + 1."""
     lines = []
-    for pair in between_sizes.pairs(capacity, family):
+    for pair in size_pairs:
         lines += ["#" * (level + 1) + f" Between sizes: d_dot {pair.small} and {pair.large}", "",
                   f"The {len(pair.families)} families present at both sizes, ranked among "
                   "themselves at each (efficiency = failure point / d_dot); a rank in bold "

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kernelzoo.analysis import (between_sizes, factorial, optimisation, published, rankings,
-                                scaling, stalls, update_rules)
+from kernelzoo.analysis import (factorial, optimisation, published, rankings, scaling, stalls,
+                                update_rules)
 from kernelzoo.analysis.capacity import VIEW_WORDS, VIEWS
 from kernelzoo.analysis.labels import bound, cell, rho_words
 from kernelzoo.analysis.pipeline import Analysis
@@ -140,16 +140,16 @@ def ranking(capacity: pd.DataFrame, placed: tuple) -> list[Line]:
     return lines
 
 
-def sizes(capacity: pd.DataFrame, families) -> list[Line]:
-    """Per pair of sizes, the families' rank agreement and those moved by their own change."""
-    family = {label: f.name for f in families for label in f.points["label"].unique()}
+def sizes(size_pairs) -> list[Line]:
+    """Per pair of sizes (``between_sizes.pairs``), the families' rank agreement and those
+    moved by their own change."""
     return [(f"between_sizes.{p.small}-{p.large}",
              f"- **Between d_dot {p.small} and {p.large}** ({len(p.families)} families, "
             "Spearman rho of their ranks): "
             + ", ".join(f"{VIEW_WORDS[v]} {r:.2f}" for v, (r, _) in p.rho.items())
             + "; moved by their own efficiency change: "
             + ("; ".join(f"{name} ({', '.join(views)})" for name, views in p.moved.items())
-               or "none") + ".") for p in between_sizes.pairs(capacity, family)]
+               or "none") + ".") for p in size_pairs]
 
 
 def optimisation_verdicts(a: Analysis) -> list[Line]:
@@ -238,7 +238,7 @@ def headlines(a: Analysis) -> pd.DataFrame:
     rows = []
     for key, line in (
             *paper_bound(a.verdicts, a.capacity), *published_verdict(a.capacity),
-            *law(a.families), *ranking(a.capacity, a.placed), *sizes(a.capacity, a.families),
+            *law(a.families), *ranking(a.capacity, a.placed), *sizes(a.size_pairs),
             *optimisation_verdicts(a), *update_rule_verdict(a.capacity), *factorial_verdict(a),
             *stall_verdict(a)):
         title, _, evidence = line.removeprefix("- **").partition("**")
