@@ -44,14 +44,14 @@ UNDECIDED = ("cannot tell", "one seed", "one configuration")  # outcomes that de
 def _fact(kind: str, subject: str, view: str = "", size=None, estimate=math.nan, low=math.nan,
           high=math.nan, level=math.nan, against=math.nan, p=math.nan, n=0, outcome: str = "",
           calibration: str | None = None, tag: str = "") -> dict:
+    """One row of verdicts.csv (module docstring); ``calibration`` None: the kind's own."""
     calibration = calibration or CALIBRATION[kind]
     if calibration == "missed" and outcome not in UNDECIDED:
         outcome = UNCALIBRATED
     return {"id": ".".join(x for x in (KINDS[kind], subject, view, tag) if x),
             "kind": kind, "subject": subject, "view": view,
             "size": None if size is None or pd.isna(size) else int(size), "estimate": estimate,
-            "low": low,
-            "high": high, "level": level, "against": against, "p": p, "n": int(n),
+            "low": low, "high": high, "level": level, "against": against, "p": p, "n": int(n),
             "outcome": outcome, "calibration": calibration}
 
 
